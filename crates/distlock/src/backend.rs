@@ -1,0 +1,148 @@
+//! The contract between the lock primitives and a backend.
+//!
+//! Users do not call this trait; they use [`Locks`](crate::Locks) and
+//! [`Mutex`](crate::Mutex). It is public so that a backend can live outside this crate:
+//! implement [`Backend`] and hand it to [`Locks::with_backend`](crate::Locks::with_backend).
+//!
+//! Every method is one request (or one atomic transaction) against the backend's server. The
+//! primitives build waiting, renewal, loss detection, cancel safety and tracing on top, so a
+//! backend only answers questions about the lock's state.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::name::LockName;
+
+/// Who holds a lock: the id of a client ([`Locks`](crate::Locks)) and a holder id that the
+/// client hands out to each [`Mutex`](crate::Mutex) handle.
+///
+/// Ownership never depends on the OS thread: a task that moves between threads keeps its
+/// ownership. Backends store it as the string [`Owner::as_str`], `<client>:<holder>`.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Owner(Arc<str>);
+
+impl Owner {
+    pub(crate) fn new(client_id: &str, holder: u64) -> Self {
+        Owner(format!("{client_id}:{holder}").into())
+    }
+
+    /// The owner as stored by backends: `<client id>:<holder id>`.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The answer to an acquire attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// The owner now holds the lock.
+    Granted {
+        /// Strictly greater than every token granted before for this name. A reentrant
+        /// acquisition returns the token of the grant it re-enters.
+        fencing_token: u64,
+        /// The owner's hold count after this acquisition (1 for a fresh grant).
+        holds: u32,
+    },
+    /// Someone else holds the lock.
+    Held {
+        /// How long the current holder's lease still runs, when the backend knows it. A waiter
+        /// retries at the latest when it runs out.
+        ttl: Option<Duration>,
+    },
+}
+
+/// The answer to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// One hold was released; the lock is free when `remaining_holds` is 0.
+    Released {
+        /// The owner's holds left after this release.
+        remaining_holds: u32,
+    },
+    /// Nobody holds the lock (the lease ran out or it was force-unlocked). Nothing changed.
+    NotHeld,
+    /// Another owner holds the lock. Nothing changed.
+    HeldByOther,
+}
+
+/// The answer to an extension of one lock's lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extended {
+    /// The lease now ends the requested time after the request.
+    Extended,
+    /// Nobody holds the lock. Nothing changed.
+    NotHeld,
+    /// Another owner holds the lock. Nothing changed.
+    HeldByOther,
+}
+
+/// A storage or coordination service that keeps locks.
+///
+/// Implementations must make each method atomic with respect to every other client of the
+/// same server, and must never let an owner's request change a lock another owner holds.
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// The URL scheme that names this backend (`"sqlite"`, `"memory"`, ...).
+    fn scheme(&self) -> &'static str;
+
+    /// The backend's cheapest request through the same client. Benchmarks use its
+    /// round-trip time as the baseline.
+    async fn ping(&self) -> Result<()>;
+
+    /// Tries once to grant `name` to `owner` for `lease`. A lock the owner already holds is
+    /// re-entered: its hold count grows and its lease is not shortened.
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<Acquired>;
+
+    /// Starts listening for releases of `name`, before the attempt that may fail, so that no
+    /// release between that attempt and the wait is missed.
+    async fn subscribe(&self, name: &LockName) -> Result<Box<dyn ReleaseWaiter>>;
+
+    /// Releases one of `owner`'s holds on `name`.
+    async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released>;
+
+    /// Sets the lease of a lock `owner` holds to end `lease` from now.
+    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended>;
+
+    /// Renews many locks at once (the watchdog). `true` at index `i` when `locks[i]` was still
+    /// held by its owner and its lease now ends `lease` from now.
+    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>>;
+
+    /// True when anyone holds `name`.
+    async fn is_locked(&self, name: &LockName) -> Result<bool>;
+
+    /// How many holds `owner` has on `name` (0 when it does not hold it).
+    async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32>;
+
+    /// Frees `name` whoever holds it (an operator's tool). True when it was held.
+    async fn force_unlock(&self, name: &LockName) -> Result<bool>;
+}
+
+/// Waits for a release of one lock name. Made by [`Backend::subscribe`]; dropping it
+/// unsubscribes.
+#[async_trait]
+pub trait ReleaseWaiter: Send {
+    /// Returns when the lock may have been released since the subscription or the previous
+    /// wait, or when `max` has passed. Spurious returns are allowed; the caller tries again.
+    async fn wait(&mut self, max: Duration);
+}

@@ -1,0 +1,466 @@
+//! The client: one connection to a backend, the registry of locks it holds, and the keeper
+//! task that renews them in batches and notices when a lease runs out.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use crate::backend::{Backend, Owner};
+use crate::error::{Error, Result};
+use crate::mutex::Mutex;
+use crate::name::LockName;
+
+/// The default lease of a lock acquired without a lease of its own: 30 s, renewed every
+/// 10 s while its guard lives.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// The shortest lease accepted.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
+/// The longest lease or wait accepted: one day. Wait without a limit with
+/// [`Mutex::acquire`].
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How many locks one renewal request carries at most.
+const RENEW_BATCH: usize = 1000;
+
+/// Settings of a client, given to [`connect_with`](crate::connect_with).
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    lease: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            lease: DEFAULT_LEASE,
+        }
+    }
+}
+
+impl ConnectOptions {
+    /// Options with the defaults: a 30 s renewed lease.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The lease of locks acquired without a lease of their own. The client renews them every
+    /// `lease / 3`; a holder that cannot renew for a whole lease loses the lock. Shorter
+    /// leases free a crashed holder's locks sooner and cost more renewals.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The renewed lease.
+    pub fn lease_duration(&self) -> Duration {
+        self.lease
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        validate_lease(self.lease)
+    }
+}
+
+pub(crate) fn validate_lease(lease: Duration) -> Result<()> {
+    if lease < MIN_LEASE || lease > MAX_DURATION {
+        return Err(Error::invalid(
+            "lease",
+            format!(
+                "{lease:?} is outside the accepted range {MIN_LEASE:?} ..= {MAX_DURATION:?}; \
+                 leave the lease unset to hold the lock with automatic renewal"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A client of one lock backend. Cheap to clone; clones share the connection, the client id
+/// and the renewal task.
+///
+/// Made by [`connect`](crate::connect). Hand out lock handles with [`Locks::mutex`].
+#[derive(Clone)]
+pub struct Locks {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+impl fmt::Debug for Locks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locks")
+            .field("backend", &self.inner.backend)
+            .field("client_id", &self.inner.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locks {
+    /// A client over a backend built outside this crate.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when the options are out of range.
+    pub fn with_backend(backend: Arc<dyn Backend>, options: ConnectOptions) -> Result<Self> {
+        options.validate()?;
+        let keeper_wake = Arc::new(Notify::new());
+        Ok(Locks {
+            inner: Arc::new(ClientInner {
+                backend,
+                client_id: uuid::Uuid::new_v4().simple().to_string(),
+                next_holder: AtomicU64::new(1),
+                options,
+                registry: StdMutex::new(HashMap::new()),
+                keeper_wake,
+                keeper_started: AtomicBool::new(false),
+                renewal_calls: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// A handle on the mutual-exclusion lock `name`. Cheap: nothing is sent to the backend.
+    ///
+    /// Each call makes a new holder: two handles from two calls exclude each other even in
+    /// one task. Clones of one handle are the same holder, so acquiring through a clone while
+    /// holding re-enters the lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when the name is empty or longer than
+    /// [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES).
+    pub fn mutex(&self, name: impl Into<String>) -> Result<Mutex> {
+        let name = LockName::new(name)?;
+        let holder = self.inner.next_holder.fetch_add(1, Ordering::Relaxed);
+        let owner = Owner::new(&self.inner.client_id, holder);
+        Ok(Mutex::new(self.inner.clone(), name, owner))
+    }
+
+    /// True when anyone holds `name`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn is_locked(&self, name: &str) -> Result<bool> {
+        let name = LockName::new(name)?;
+        self.inner.backend.is_locked(&name).await
+    }
+
+    /// Frees `name` whoever holds it; true when it was held. For operators: the holder is
+    /// told through [`Guard::lost`](crate::Guard::lost) at its next renewal, and its writes
+    /// are refused only where the resource checks fencing tokens.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have freed the lock.
+    pub async fn force_unlock(&self, name: &str) -> Result<bool> {
+        let name = LockName::new(name)?;
+        let freed = self.inner.backend.force_unlock(&name).await?;
+        tracing::warn!(lock = %name, freed, "force unlock");
+        Ok(freed)
+    }
+
+    /// Sends the backend's cheapest request and returns how long it took.
+    pub async fn ping(&self) -> Result<Duration> {
+        let start = std::time::Instant::now();
+        self.inner.backend.ping().await?;
+        Ok(start.elapsed())
+    }
+
+    /// The backend's URL scheme.
+    pub fn backend_scheme(&self) -> &'static str {
+        self.inner.backend.scheme()
+    }
+
+    /// This client's id, the first part of every owner string it writes.
+    pub fn client_id(&self) -> &str {
+        &self.inner.client_id
+    }
+
+    /// The lease of locks acquired without one of their own.
+    pub fn lease(&self) -> Duration {
+        self.inner.options.lease
+    }
+
+    /// How many renewal requests this client has sent (each renews up to 1000 locks).
+    pub fn renewal_requests(&self) -> u64 {
+        self.inner.renewal_calls.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a lock was lost, shared by every guard of one grant.
+pub(crate) struct Grant {
+    lost: watch::Sender<Option<Arc<str>>>,
+}
+
+impl Grant {
+    fn new() -> Arc<Self> {
+        Arc::new(Grant {
+            lost: watch::channel(None).0,
+        })
+    }
+
+    pub(crate) fn mark_lost(&self, name: &LockName, reason: &str) {
+        let first = self.lost.send_if_modified(|state| {
+            if state.is_none() {
+                *state = Some(reason.into());
+                true
+            } else {
+                false
+            }
+        });
+        if first {
+            tracing::warn!(lock = %name, reason, "lock lost");
+        }
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<Arc<str>> {
+        self.lost.borrow().clone()
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<Arc<str>>> {
+        self.lost.subscribe()
+    }
+}
+
+/// One held lock of this client (all reentrant guards of one grant share it).
+struct Slot {
+    grant: Arc<Grant>,
+    guards: u32,
+    renew: bool,
+    /// When the lease ends by the client's own clock, counted from the start of the request
+    /// that last set it.
+    deadline: Instant,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) client_id: String,
+    next_holder: AtomicU64,
+    pub(crate) options: ConnectOptions,
+    registry: StdMutex<HashMap<(LockName, Owner), Slot>>,
+    keeper_wake: Arc<Notify>,
+    keeper_started: AtomicBool,
+    renewal_calls: AtomicU64,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        // Lets the keeper task see that the client is gone and end.
+        self.keeper_wake.notify_one();
+    }
+}
+
+impl ClientInner {
+    fn registry(&self) -> std::sync::MutexGuard<'_, HashMap<(LockName, Owner), Slot>> {
+        // A panic while holding this lock cannot leave the map inconsistent (every update is
+        // a single insert or field write), so a poisoned lock is still usable.
+        self.registry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a new guard. `fresh` is true when the backend made a new grant (hold count 1):
+    /// any slot left from an earlier grant to this owner is then stale and marked lost.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        name: &LockName,
+        owner: &Owner,
+        fresh: bool,
+        renew: bool,
+        deadline: Instant,
+    ) -> Arc<Grant> {
+        let grant = {
+            let mut registry = self.registry();
+            let key = (name.clone(), owner.clone());
+            match registry.get_mut(&key) {
+                Some(slot) if !fresh && slot.grant.lost_reason().is_none() => {
+                    slot.guards += 1;
+                    slot.renew |= renew;
+                    slot.deadline = slot.deadline.max(deadline);
+                    slot.grant.clone()
+                }
+                previous => {
+                    if let Some(slot) = previous {
+                        slot.grant
+                            .mark_lost(name, "the lease ran out and the lock was granted anew");
+                    }
+                    let grant = Grant::new();
+                    registry.insert(
+                        key,
+                        Slot {
+                            grant: grant.clone(),
+                            guards: 1,
+                            renew,
+                            deadline,
+                        },
+                    );
+                    grant
+                }
+            }
+        };
+        self.start_keeper();
+        self.keeper_wake.notify_one();
+        grant
+    }
+
+    /// Forgets one guard of `grant`. Returns false when the grant was superseded by a newer
+    /// grant to the same owner (the guard's hold no longer exists in the backend).
+    pub(crate) fn unregister(&self, name: &LockName, owner: &Owner, grant: &Arc<Grant>) -> bool {
+        let mut registry = self.registry();
+        let key = (name.clone(), owner.clone());
+        match registry.get_mut(&key) {
+            Some(slot) if Arc::ptr_eq(&slot.grant, grant) => {
+                slot.guards = slot.guards.saturating_sub(1);
+                if slot.guards == 0 {
+                    registry.remove(&key);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// After a successful extension: a fixed lease from now on.
+    pub(crate) fn extended(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+        deadline: Instant,
+    ) {
+        let mut registry = self.registry();
+        if let Some(slot) = registry.get_mut(&(name.clone(), owner.clone()))
+            && Arc::ptr_eq(&slot.grant, grant)
+        {
+            slot.renew = false;
+            slot.deadline = deadline;
+        }
+        drop(registry);
+        self.keeper_wake.notify_one();
+    }
+
+    fn start_keeper(self: &Arc<Self>) {
+        if self.keeper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let wake = self.keeper_wake.clone();
+        tokio::spawn(keeper(weak, wake));
+    }
+}
+
+/// The one background task of a client: renews every renewing lock in batches each
+/// `lease / 3`, and marks a lock lost once its lease has run out without a successful
+/// renewal. Ends when the client and all its guards are gone.
+async fn keeper(client: Weak<ClientInner>, wake: Arc<Notify>) {
+    let mut next_renewal: Option<Instant> = None;
+    loop {
+        let Some(inner) = client.upgrade() else {
+            return;
+        };
+        let lease = inner.options.lease;
+        let interval = lease / 3;
+        let now = Instant::now();
+
+        expire_overdue(&inner, now);
+        if next_renewal.is_some_and(|at| at <= now) {
+            renew_all(&inner).await;
+            next_renewal = None;
+        }
+
+        // Sleep until the next renewal or the earliest lease deadline, whichever is first.
+        let (renewing, earliest_deadline) = {
+            let registry = inner.registry();
+            let live = registry
+                .values()
+                .filter(|slot| slot.grant.lost_reason().is_none());
+            let mut renewing = false;
+            let mut earliest: Option<Instant> = None;
+            for slot in live {
+                renewing |= slot.renew;
+                earliest = Some(earliest.map_or(slot.deadline, |e| e.min(slot.deadline)));
+            }
+            (renewing, earliest)
+        };
+        if renewing && next_renewal.is_none() {
+            next_renewal = Some(Instant::now() + interval);
+        }
+        if !renewing {
+            next_renewal = None;
+        }
+        let wake_at = [next_renewal, earliest_deadline]
+            .into_iter()
+            .flatten()
+            .min();
+        let notified = wake.notified();
+        drop(inner);
+        match wake_at {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = notified => {}
+                }
+            }
+            None => notified.await,
+        }
+    }
+}
+
+fn expire_overdue(inner: &ClientInner, now: Instant) {
+    let registry = inner.registry();
+    for ((name, _), slot) in registry.iter() {
+        if slot.deadline <= now && slot.grant.lost_reason().is_none() {
+            let reason = if slot.renew {
+                "the lease ran out before a renewal succeeded"
+            } else {
+                "the lease ran out"
+            };
+            slot.grant.mark_lost(name, reason);
+        }
+    }
+}
+
+async fn renew_all(inner: &ClientInner) {
+    let lease = inner.options.lease;
+    let batch: Vec<((LockName, Owner), Arc<Grant>)> = {
+        let registry = inner.registry();
+        registry
+            .iter()
+            .filter(|(_, slot)| slot.renew && slot.grant.lost_reason().is_none())
+            .map(|(key, slot)| (key.clone(), slot.grant.clone()))
+            .collect()
+    };
+    // Locks whose renewal fails stay ours until their deadline; expire_overdue marks them
+    // lost if no renewal succeeds before then.
+    for chunk in batch.chunks(RENEW_BATCH) {
+        let locks: Vec<(LockName, Owner)> = chunk.iter().map(|(key, _)| key.clone()).collect();
+        let start = Instant::now();
+        inner.renewal_calls.fetch_add(1, Ordering::Relaxed);
+        // A hung request must not keep the keeper from noticing deadlines: give up after one
+        // renewal interval and try again at the next.
+        let reply = tokio::time::timeout(lease / 3, inner.backend.renew(&locks, lease)).await;
+        match reply {
+            Ok(Ok(renewed)) => {
+                let mut registry = inner.registry();
+                for ((key, grant), still_held) in chunk.iter().zip(renewed) {
+                    if still_held {
+                        if let Some(slot) = registry.get_mut(key)
+                            && Arc::ptr_eq(&slot.grant, grant)
+                            && slot.renew
+                        {
+                            slot.deadline = start + lease;
+                        }
+                    } else {
+                        grant.mark_lost(&key.0, "a renewal found the lock no longer held");
+                    }
+                }
+                tracing::debug!(locks = locks.len(), "renewed");
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(locks = locks.len(), %error, "renewal failed");
+            }
+            Err(_elapsed) => {
+                tracing::warn!(locks = locks.len(), "renewal timed out");
+            }
+        }
+    }
+}

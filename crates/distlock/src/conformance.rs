@@ -1,0 +1,494 @@
+//! The conformance suite: the behaviour every backend must show, as library code.
+//!
+//! Each case is an `async fn` taking the backend's URL. It connects its own clients, uses lock
+//! names unique to the run, and panics with a message naming the case when the backend
+//! misbehaves. [`conformance_suite!`](crate::conformance_suite) makes one `#[tokio::test]`
+//! per case for a backend, so a failure names backend and case:
+//!
+//! ```ignore
+//! distlock::conformance_suite!(memory, distlock::conformance::Target::new("memory://suite"));
+//! ```
+//!
+//! Cross-process cases (a holder killed with SIGKILL) need the `distlock` binary and live in
+//! the CLI crate's tests.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{AcquireOptions, ConnectOptions, Locks, MAX_NAME_BYTES};
+
+/// A backend under test: its URL, and whatever must live as long as the test (a temporary
+/// directory, a server handle).
+pub struct Target {
+    url: String,
+    _keep: Option<Box<dyn Any + Send>>,
+}
+
+impl Target {
+    /// A backend reachable at `url`.
+    pub fn new(url: impl Into<String>) -> Self {
+        Target {
+            url: url.into(),
+            _keep: None,
+        }
+    }
+
+    /// A backend at `url` that needs `resource` alive during the test.
+    pub fn with_resource(url: impl Into<String>, resource: impl Any + Send) -> Self {
+        Target {
+            url: url.into(),
+            _keep: Some(Box::new(resource)),
+        }
+    }
+
+    /// The backend's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+/// Makes one `#[tokio::test]` per conformance case in a module named after the backend.
+///
+/// `$target` is evaluated afresh in every test and must give a
+/// [`Target`](crate::conformance::Target).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($backend:ident, $target:expr) => {
+        $crate::conformance_suite!(@cases $backend, $target;
+            mutual_exclusion,
+            try_acquire_returns_at_once,
+            wait_times_out,
+            fixed_lease_expires,
+            renewal_keeps_holder_alive,
+            reentrant_holds_count,
+            non_owner_cannot_release_or_extend,
+            fencing_tokens_strictly_increase,
+            lost_fires_on_expiry,
+            lost_fires_on_force_unlock,
+            queries_report_state,
+            odd_names,
+            bad_durations_are_rejected,
+            cancelled_acquire_leaves_nothing,
+        );
+    };
+    (@cases $backend:ident, $target:expr; $($case:ident),* $(,)?) => {
+        mod $backend {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let target: $crate::conformance::Target = $target;
+                    $crate::conformance::$case(target.url()).await;
+                }
+            )*
+        }
+    };
+}
+
+const SHORT_LEASE: Duration = Duration::from_millis(300);
+
+/// A lock name unique to this run of `case`.
+fn unique(case: &str) -> String {
+    format!("conformance/{case}/{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn client(url: &str) -> Locks {
+    crate::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+async fn short_lease_client(url: &str) -> Locks {
+    crate::connect_with(url, ConnectOptions::new().lease(SHORT_LEASE))
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+/// 16 tasks on two clients each add 1 to a counter 10 times with a non-atomic
+/// read-sleep-write under the lock: no update may be lost and no two holders may overlap.
+pub async fn mutual_exclusion(url: &str) {
+    let name = unique("mutual_exclusion");
+    let clients = [client(url).await, client(url).await];
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let mutex = clients[task % 2].mutex(name.as_str()).unwrap();
+        let counter = counter.clone();
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let guard = mutex.acquire().await.expect("acquire");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                let read = counter.load(Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_micros(300)).await;
+                counter.store(read + 1, Ordering::SeqCst);
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task panicked");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), 160, "lost updates");
+}
+
+/// `try_acquire` on a held lock returns `None` without waiting for the lease.
+pub async fn try_acquire_returns_at_once(url: &str) {
+    let name = unique("try_acquire");
+    let locks = client(url).await;
+    let held = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let start = Instant::now();
+    let other = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(other.is_none(), "a second holder got the lock");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "try_acquire waited {:?}",
+        start.elapsed()
+    );
+    held.release().await.unwrap();
+    let free = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(free.is_some(), "try_acquire failed on a free lock");
+}
+
+/// A bounded wait on a held lock ends with a timeout error near the requested time.
+pub async fn wait_times_out(url: &str) {
+    let name = unique("wait_times_out");
+    let locks = client(url).await;
+    let _held = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let wait = Duration::from_millis(300);
+    let start = Instant::now();
+    let err = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(wait))
+        .await
+        .expect_err("acquired a held lock");
+    let waited = start.elapsed();
+    assert!(err.is_timeout(), "expected a timeout, got {err}");
+    assert!(waited >= wait, "gave up early, after {waited:?}");
+    assert!(
+        waited < wait + Duration::from_secs(2),
+        "gave up late, after {waited:?}"
+    );
+}
+
+/// A fixed lease frees the lock when it ends, though the guard still lives.
+pub async fn fixed_lease_expires(url: &str) {
+    let name = unique("fixed_lease");
+    let locks = client(url).await;
+    let lease = Duration::from_millis(300);
+    let start = Instant::now();
+    let first = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(lease))
+        .await
+        .unwrap();
+    let second = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .expect("the lease did not free the lock");
+    assert!(
+        start.elapsed() >= lease - Duration::from_millis(50),
+        "granted before the lease ended"
+    );
+    assert!(second.fencing_token() > first.fencing_token());
+    assert!(!first.is_held().await.unwrap());
+    drop(first);
+    assert!(
+        second.is_held().await.unwrap(),
+        "the expired guard's drop freed the new holder"
+    );
+}
+
+/// With a 300 ms renewed lease, a holder keeps the lock across several leases.
+pub async fn renewal_keeps_holder_alive(url: &str) {
+    let name = unique("renewal");
+    let locks = short_lease_client(url).await;
+    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    tokio::time::sleep(SHORT_LEASE * 4).await;
+    assert!(!guard.is_lost(), "lost while renewing");
+    assert!(guard.is_held().await.unwrap(), "not held after four leases");
+    let other = client(url).await;
+    assert!(
+        other
+            .mutex(name.as_str())
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    guard.release().await.expect("release after renewal");
+    assert!(
+        other
+            .mutex(name.as_str())
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+/// The same holder re-enters; the lock is free after the last release only.
+pub async fn reentrant_holds_count(url: &str) {
+    let name = unique("reentrant");
+    let locks = client(url).await;
+    let mutex = locks.mutex(name.as_str()).unwrap();
+    let rival = locks.mutex(name.as_str()).unwrap();
+    let outer = mutex.acquire().await.unwrap();
+    let inner = mutex
+        .clone()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("re-entry refused");
+    assert_eq!(outer.fencing_token(), inner.fencing_token());
+    assert!(rival.try_acquire().await.unwrap().is_none());
+    outer.release().await.unwrap();
+    assert!(
+        rival.try_acquire().await.unwrap().is_none(),
+        "freed with a hold left"
+    );
+    assert!(inner.is_held().await.unwrap());
+    inner.release().await.unwrap();
+    assert!(
+        rival.try_acquire().await.unwrap().is_some(),
+        "not freed after the last hold"
+    );
+}
+
+/// A guard whose lease ran out cannot release or extend the next holder's lock.
+pub async fn non_owner_cannot_release_or_extend(url: &str) {
+    let name = unique("non_owner");
+    let locks = client(url).await;
+    let stale = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    let holder = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let err = stale
+        .extend(Duration::from_secs(5))
+        .await
+        .expect_err("stale extend");
+    assert!(err.is_not_owner(), "extend: expected not-owner, got {err}");
+    let err = stale.release().await.expect_err("stale release");
+    assert!(err.is_not_owner(), "release: expected not-owner, got {err}");
+    assert!(
+        holder.is_held().await.unwrap(),
+        "the stale guard changed the new holder's lock"
+    );
+    holder.release().await.unwrap();
+}
+
+/// Tokens grow with every grant: across holders, clients, expiry and force-unlock.
+pub async fn fencing_tokens_strictly_increase(url: &str) {
+    let name = unique("fencing");
+    let (a, b) = (client(url).await, client(url).await);
+    let mut last = 0;
+    let mut check = |token: u64, when: &str| {
+        assert!(token > last, "{when}: token {token} not above {last}");
+        last = token;
+    };
+    let g = a.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    check(g.fencing_token(), "first grant");
+    g.release().await.unwrap();
+    let g = b.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    check(g.fencing_token(), "grant to another client");
+    g.release().await.unwrap();
+    let g = a
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(100)))
+        .await
+        .unwrap();
+    check(g.fencing_token(), "fixed-lease grant");
+    let _ = g.lost().await;
+    let g2 = b.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    check(g2.fencing_token(), "grant after expiry");
+    assert!(a.force_unlock(&name).await.unwrap());
+    let g3 = a.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    check(g3.fencing_token(), "grant after force-unlock");
+    g3.release().await.unwrap();
+}
+
+/// `lost()` resolves when a fixed lease ends.
+pub async fn lost_fires_on_expiry(url: &str) {
+    let name = unique("lost_expiry");
+    let locks = client(url).await;
+    let guard = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    assert!(!guard.is_lost());
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() did not fire after the lease");
+    assert!(lost.is_lock_lost());
+    assert!(guard.is_lost());
+    let err = guard.release().await.expect_err("released a lost lock");
+    assert!(err.is_lock_lost(), "expected lock-lost, got {err}");
+}
+
+/// `lost()` resolves when an operator force-unlocks a renewed lock (at the next renewal).
+pub async fn lost_fires_on_force_unlock(url: &str) {
+    let name = unique("lost_force");
+    let locks = short_lease_client(url).await;
+    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let operator = client(url).await;
+    assert!(operator.force_unlock(&name).await.unwrap());
+    let lost = tokio::time::timeout(SHORT_LEASE * 5, guard.lost())
+        .await
+        .expect("lost() did not fire after force-unlock");
+    assert!(lost.is_lock_lost());
+    assert!(!guard.is_held().await.unwrap());
+}
+
+/// `is_locked` and `is_held` follow acquire and release.
+pub async fn queries_report_state(url: &str) {
+    let name = unique("queries");
+    let locks = client(url).await;
+    assert!(!locks.is_locked(&name).await.unwrap());
+    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    assert!(locks.is_locked(&name).await.unwrap());
+    assert!(guard.is_held().await.unwrap());
+    guard.release().await.unwrap();
+    assert!(!locks.is_locked(&name).await.unwrap());
+    assert!(
+        !locks.force_unlock(&name).await.unwrap(),
+        "force-unlocked a free lock"
+    );
+}
+
+/// Empty names are refused; long, unicode and punctuated names work and stay distinct.
+pub async fn odd_names(url: &str) {
+    let locks = client(url).await;
+    let err = locks.mutex("").expect_err("empty name accepted");
+    assert!(err.is_invalid_input());
+    let err = locks
+        .mutex("x".repeat(MAX_NAME_BYTES + 1))
+        .expect_err("long name accepted");
+    assert!(err.is_invalid_input());
+    let base = unique("odd");
+    let long = format!("{base}{}", "x".repeat(MAX_NAME_BYTES - base.len()));
+    let names = [
+        long,
+        format!("{base}/锁/ä/🔒"),
+        format!("{base}/a/b"),
+        format!("{base}%2Fa%2Fb"),
+        format!("{base}{{x}}"),
+        format!("{base}:a:b"),
+        format!("{base} with space"),
+        format!("{base}'; DROP TABLE distlock_locks; --"),
+    ];
+    let mut guards = Vec::new();
+    for name in &names {
+        let guard = locks
+            .mutex(name.as_str())
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{name:?}: {e}"))
+            .unwrap_or_else(|| panic!("{name:?}: held by a different name's lock"));
+        assert!(locks.is_locked(name).await.unwrap());
+        guards.push(guard);
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    for name in &names {
+        assert!(
+            !locks.is_locked(name).await.unwrap(),
+            "{name:?} still locked"
+        );
+    }
+}
+
+/// Zero and absurd durations are refused with a typed error and change nothing.
+pub async fn bad_durations_are_rejected(url: &str) {
+    let name = unique("bad_durations");
+    let locks = client(url).await;
+    let mutex = locks.mutex(name.as_str()).unwrap();
+    for lease in [Duration::ZERO, Duration::from_secs(365 * 24 * 3600)] {
+        let err = mutex
+            .acquire_with(AcquireOptions::new().lease(lease))
+            .await
+            .expect_err("accepted a bad lease");
+        assert!(err.is_invalid_input(), "lease {lease:?}: {err}");
+    }
+    let err = mutex
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(400 * 24 * 3600)))
+        .await
+        .expect_err("accepted an absurd wait");
+    assert!(err.is_invalid_input());
+    assert!(
+        !locks.is_locked(&name).await.unwrap(),
+        "a refused acquire wrote a lock"
+    );
+    let guard = mutex.acquire().await.unwrap();
+    let err = guard
+        .extend(Duration::ZERO)
+        .await
+        .expect_err("zero extension");
+    assert!(err.is_invalid_input());
+    guard.release().await.unwrap();
+}
+
+/// Acquire futures dropped while waiting, or at random points in flight, leave no lock held.
+pub async fn cancelled_acquire_leaves_nothing(url: &str) {
+    let name = unique("cancel");
+    let locks = client(url).await;
+    let holder = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let waiter = locks.mutex(name.as_str()).unwrap();
+    let cancelled = tokio::time::timeout(Duration::from_millis(100), waiter.acquire()).await;
+    assert!(cancelled.is_err(), "the waiter got a held lock");
+    holder.release().await.unwrap();
+    for i in 0..30u64 {
+        let mutex = locks.mutex(name.as_str()).unwrap();
+        let cut = Duration::from_micros(i * 37 % 700);
+        if let Ok(result) = tokio::time::timeout(cut, mutex.acquire()).await {
+            result.unwrap().release().await.unwrap();
+        }
+    }
+    let other = client(url).await;
+    let guard = other
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .expect("a cancelled acquire left the lock held");
+    guard.release().await.unwrap();
+}

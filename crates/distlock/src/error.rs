@@ -1,0 +1,141 @@
+//! The one public error type.
+
+use std::time::Duration;
+
+/// A boxed error from a backend's client library.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong in distlock.
+///
+/// Match on the variant, or ask a predicate such as [`Error::is_timeout`]. New variants may be
+/// added in minor releases, so a `match` needs a wildcard arm.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The wait time ran out before the lock was granted.
+    #[error("timed out after {waited:?} waiting for lock {name:?}")]
+    Timeout {
+        /// The lock name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// The lock was held by this guard but no longer is: its lease ran out, a renewal was
+    /// refused, its session ended or an operator force-unlocked it. Nobody holds it now.
+    #[error("lock {name:?} was lost: {reason}")]
+    LockLost {
+        /// The lock name.
+        name: String,
+        /// What is known about why.
+        reason: String,
+    },
+
+    /// The caller does not own the lock it tried to release or extend; someone else holds it.
+    /// Nothing was changed.
+    #[error("lock {name:?} is held by another owner; nothing was changed")]
+    NotOwner {
+        /// The lock name.
+        name: String,
+    },
+
+    /// This backend cannot do what was asked.
+    #[error("the {backend} backend does not support {operation}")]
+    Unsupported {
+        /// The backend, as its URL scheme names it.
+        backend: &'static str,
+        /// What was asked.
+        operation: &'static str,
+    },
+
+    /// The URL names a backend whose cargo feature is not compiled in.
+    #[error(
+        "the {scheme}:// backend is not compiled in; enable the distlock cargo feature \"{feature}\""
+    )]
+    FeatureDisabled {
+        /// The URL scheme.
+        scheme: String,
+        /// The cargo feature that provides it.
+        feature: &'static str,
+    },
+
+    /// Bad input from the caller: a lock name, a duration, a URL. Says what was wrong and what
+    /// to do.
+    #[error("invalid {what}: {reason}")]
+    InvalidInput {
+        /// What was invalid ("lock name", "lease", "URL", ...).
+        what: &'static str,
+        /// What was wrong with it and what is accepted.
+        reason: String,
+    },
+
+    /// The backend's server or storage failed, or could not be reached.
+    #[error("{backend} backend failed while trying to {operation}: {source}")]
+    Backend {
+        /// The backend, as its URL scheme names it.
+        backend: &'static str,
+        /// What distlock was doing.
+        operation: &'static str,
+        /// The client library's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// True when a wait ran out ([`Error::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+
+    /// True when a held lock was lost ([`Error::LockLost`]).
+    pub fn is_lock_lost(&self) -> bool {
+        matches!(self, Error::LockLost { .. })
+    }
+
+    /// True when the caller is not the lock's owner ([`Error::NotOwner`]).
+    pub fn is_not_owner(&self) -> bool {
+        matches!(self, Error::NotOwner { .. })
+    }
+
+    /// True when the backend cannot do this, or is not compiled in.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self,
+            Error::Unsupported { .. } | Error::FeatureDisabled { .. }
+        )
+    }
+
+    /// True when the caller's input was rejected ([`Error::InvalidInput`]).
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, Error::InvalidInput { .. })
+    }
+
+    /// True when the backend failed ([`Error::Backend`]); such errors may pass on retry.
+    pub fn is_backend(&self) -> bool {
+        matches!(self, Error::Backend { .. })
+    }
+
+    pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            what,
+            reason: reason.into(),
+        }
+    }
+
+    /// Wraps a client library's error. For backend implementations.
+    pub fn backend(
+        backend: &'static str,
+        operation: &'static str,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Error::Backend {
+            backend,
+            operation,
+            source: source.into(),
+        }
+    }
+}
+
+/// `Result<T, distlock::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

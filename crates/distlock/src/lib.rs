@@ -1,0 +1,177 @@
+//! Distributed locks that say when they are lost and hand out fencing tokens, over one API
+//! for several backends.
+//!
+//! Two instances of a service that both read "12 in stock", both sell 10 and both write back
+//! end at -8. A `std::sync::Mutex` only orders the tasks of one process; a distributed lock
+//! orders every process that shares the backend.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> distlock::Result<()> {
+//! use std::time::Duration;
+//!
+//! // `sqlite:///var/lib/app/locks.db` shares locks between the processes of one machine;
+//! // `memory://` keeps them in this process (tests, single-process programs).
+//! let locks = distlock::connect("memory://").await?;
+//! let stock = locks.mutex("stock/iphone-15")?;
+//!
+//! let guard = stock.acquire().await?;           // waits; lease 30 s, renewed every 10 s
+//! let token = guard.fencing_token();            // send it with every write you make
+//! // ... read the stock, check it, write it back with `token` ...
+//! guard.release().await?;                       // tells you if the lock was lost
+//!
+//! // Give up after 2 s; hold for a fixed 5 s lease without renewal.
+//! let opts = distlock::AcquireOptions::new()
+//!     .wait(Duration::from_secs(2))
+//!     .lease(Duration::from_secs(5));
+//! let guard = stock.acquire_with(opts).await?;
+//! assert!(guard.fencing_token() > token);
+//! # guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Choosing a backend
+//!
+//! | URL | backend | feature | frees a crashed holder's lock |
+//! |---|---|---|---|
+//! | `memory://` or `memory://NAME` | this process only | always on | when the lease ends |
+//! | `sqlite:///path/locks.db` | table-record lock in an SQLite file (one machine) | `sqlite` (default) | when the lease ends |
+//!
+//! Redis, ZooKeeper, etcd, PostgreSQL and MySQL backends are planned; their schemes answer
+//! with [`Error::Unsupported`] until then.
+//!
+//! # Ownership, leases and loss
+//!
+//! * A [`Mutex`] handle is one holder. Acquiring through the same handle (or a clone) while
+//!   holding re-enters the lock; the lock is free once every [`Guard`] has been released.
+//! * A lock acquired without a lease is held with the client's lease (30 s by default) and
+//!   renewed every third of it by one background task per client, in batches. A lock
+//!   acquired with [`AcquireOptions::lease`] is not renewed: it frees itself when the lease
+//!   ends, even while its guard lives.
+//! * [`Guard::lost`] resolves when the lock is known lost: a renewal refused, the lease run
+//!   out without a successful renewal, an operator's force-unlock noticed at the next renewal.
+//!   A pause longer than the lease (GC, swap, a stopped VM) can let another holder in
+//!   *before* the old holder notices; only a resource that checks [`Guard::fencing_token`]
+//!   refuses the late writer.
+//! * Dropping a guard releases in the background; [`Guard::release`] reports errors.
+
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod backend;
+mod client;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+mod error;
+pub mod memory;
+mod mutex;
+mod name;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+use std::sync::Arc;
+
+pub use crate::client::{ConnectOptions, DEFAULT_LEASE, Locks, MAX_DURATION, MIN_LEASE};
+pub use crate::error::{BoxError, Error, Result};
+pub use crate::mutex::{AcquireOptions, Guard, Mutex};
+pub use crate::name::{LockName, MAX_NAME_BYTES};
+
+/// Schemes of backends that later releases add.
+const PLANNED: &[(&str, &str)] = &[
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("redis+spin", "redis"),
+    ("redis+sentinel", "redis"),
+    ("redis+cluster", "redis"),
+    ("zk", "zookeeper"),
+    ("zk+naive", "zookeeper"),
+    ("etcd", "etcd"),
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
+    ("mysql", "mysql"),
+    ("mariadb", "mysql"),
+];
+
+/// Connects to the backend a URL names, with default options. See the crate docs for the
+/// URLs.
+///
+/// # Errors
+/// - [`Error::InvalidInput`] for a malformed URL or an unknown scheme.
+/// - [`Error::FeatureDisabled`] when the backend's cargo feature is not compiled in.
+/// - [`Error::Backend`] when the backend cannot be reached or set up.
+pub async fn connect(url: &str) -> Result<Locks> {
+    connect_with(url, ConnectOptions::default()).await
+}
+
+/// Connects with options; see [`ConnectOptions`].
+///
+/// # Errors
+/// As [`connect`], and [`Error::InvalidInput`] for options out of range.
+pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<Locks> {
+    options.validate()?;
+    let backend = open_backend(url).await?;
+    Locks::with_backend(backend, options)
+}
+
+async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(Error::invalid(
+            "URL",
+            format!(
+                "{url:?} has no scheme; write it as memory://, sqlite:///path/to/locks.db, ..."
+            ),
+        ));
+    };
+    match scheme {
+        "memory" => Ok(Arc::new(if rest.is_empty() {
+            memory::MemoryBackend::new()
+        } else {
+            memory::MemoryBackend::named(rest)
+        })),
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Arc::new(sqlite::SqliteBackend::open(rest).await?)),
+        #[cfg(not(feature = "sqlite"))]
+        "sqlite" => Err(Error::FeatureDisabled {
+            scheme: "sqlite".into(),
+            feature: "sqlite",
+        }),
+        _ => match PLANNED.iter().find(|(planned, _)| *planned == scheme) {
+            Some((_, backend)) => Err(Error::Unsupported {
+                backend,
+                operation: "connecting: this backend is planned but not in this release",
+            }),
+            None => Err(Error::invalid(
+                "URL",
+                format!("unknown scheme {scheme:?}; known schemes are memory and sqlite"),
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn bad_urls_get_typed_errors() {
+        assert!(connect("nonsense").await.unwrap_err().is_invalid_input());
+        assert!(connect("ftp://x").await.unwrap_err().is_invalid_input());
+        assert!(
+            connect("redis://127.0.0.1")
+                .await
+                .unwrap_err()
+                .is_unsupported()
+        );
+        assert!(connect("sqlite://").await.unwrap_err().is_invalid_input());
+        let err = connect("sqlite:///no/such/dir/x.db").await.unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        let err = connect_with("memory://", ConnectOptions::new().lease(Duration::ZERO))
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+    }
+
+    use std::time::Duration;
+}

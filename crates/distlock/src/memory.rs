@@ -1,0 +1,243 @@
+//! The in-process backend: locks in this process's memory.
+//!
+//! Correct between tasks and threads of one process, and useless between processes (each
+//! has its own memory). Use it in tests and in single-process programs. `memory://` makes a
+//! new, private store; `memory://NAME` shares the store called NAME with every client in the
+//! process that uses the same URL.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released};
+use crate::error::Result;
+use crate::name::LockName;
+
+/// Locks kept in this process's memory.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryBackend {
+    store: Arc<Store>,
+}
+
+#[derive(Debug, Default)]
+struct Store {
+    state: StdMutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    held: HashMap<LockName, Holding>,
+    /// The last fencing token granted per name. Kept after release so tokens keep growing.
+    fencing: HashMap<LockName, u64>,
+    /// Release signals per name, present while someone waits.
+    releases: HashMap<LockName, watch::Sender<u64>>,
+}
+
+#[derive(Debug)]
+struct Holding {
+    owner: Owner,
+    holds: u32,
+    fencing_token: u64,
+    expires_at: Instant,
+}
+
+impl MemoryBackend {
+    /// A new private store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The process-wide store called `name`, made on first use. It lives while a client
+    /// uses it.
+    pub fn named(name: &str) -> Self {
+        static NAMED: OnceLock<StdMutex<HashMap<String, Weak<Store>>>> = OnceLock::new();
+        let mut named = NAMED
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        named.retain(|_, store| store.strong_count() > 0);
+        if let Some(store) = named.get(name).and_then(Weak::upgrade) {
+            return MemoryBackend { store };
+        }
+        let store = Arc::new(Store::default());
+        named.insert(name.to_owned(), Arc::downgrade(&store));
+        MemoryBackend { store }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every update below completes without a panic point, so a poisoned lock is whole.
+        self.store
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl State {
+    /// The live holding of `name`, dropping it first if its lease has run out.
+    fn live(&mut self, name: &LockName, now: Instant) -> Option<&mut Holding> {
+        if self.held.get(name).is_some_and(|h| h.expires_at <= now) {
+            self.held.remove(name);
+        }
+        self.held.get_mut(name)
+    }
+
+    fn signal_release(&mut self, name: &LockName) {
+        if let Some(sender) = self.releases.get(name) {
+            if sender.receiver_count() == 0 {
+                self.releases.remove(name);
+            } else {
+                sender.send_modify(|generation| *generation += 1);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn scheme(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn ping(&self) -> Result<()> {
+        drop(self.state());
+        Ok(())
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<Acquired> {
+        let now = Instant::now();
+        let mut state = self.state();
+        if let Some(holding) = state.live(name, now) {
+            if &holding.owner != owner {
+                return Ok(Acquired::Held {
+                    ttl: Some(holding.expires_at - now),
+                });
+            }
+            holding.holds += 1;
+            holding.expires_at = holding.expires_at.max(now + lease);
+            return Ok(Acquired::Granted {
+                fencing_token: holding.fencing_token,
+                holds: holding.holds,
+            });
+        }
+        let token = state.fencing.entry(name.clone()).or_insert(0);
+        *token += 1;
+        let fencing_token = *token;
+        state.held.insert(
+            name.clone(),
+            Holding {
+                owner: owner.clone(),
+                holds: 1,
+                fencing_token,
+                expires_at: now + lease,
+            },
+        );
+        Ok(Acquired::Granted {
+            fencing_token,
+            holds: 1,
+        })
+    }
+
+    async fn subscribe(&self, name: &LockName) -> Result<Box<dyn ReleaseWaiter>> {
+        let mut state = self.state();
+        let receiver = state
+            .releases
+            .entry(name.clone())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        Ok(Box::new(MemoryWaiter { receiver }))
+    }
+
+    async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let Some(holding) = state.live(name, now) else {
+            return Ok(Released::NotHeld);
+        };
+        if &holding.owner != owner {
+            return Ok(Released::HeldByOther);
+        }
+        holding.holds -= 1;
+        let remaining_holds = holding.holds;
+        if remaining_holds == 0 {
+            state.held.remove(name);
+            state.signal_release(name);
+        }
+        Ok(Released::Released { remaining_holds })
+    }
+
+    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+        let now = Instant::now();
+        let mut state = self.state();
+        Ok(match state.live(name, now) {
+            None => Extended::NotHeld,
+            Some(holding) if &holding.owner != owner => Extended::HeldByOther,
+            Some(holding) => {
+                holding.expires_at = now + lease;
+                Extended::Extended
+            }
+        })
+    }
+
+    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+        let now = Instant::now();
+        let mut state = self.state();
+        Ok(locks
+            .iter()
+            .map(|(name, owner)| match state.live(name, now) {
+                Some(holding) if &holding.owner == owner => {
+                    holding.expires_at = now + lease;
+                    true
+                }
+                _ => false,
+            })
+            .collect())
+    }
+
+    async fn is_locked(&self, name: &LockName) -> Result<bool> {
+        Ok(self.state().live(name, Instant::now()).is_some())
+    }
+
+    async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
+        Ok(match self.state().live(name, Instant::now()) {
+            Some(holding) if &holding.owner == owner => holding.holds,
+            _ => 0,
+        })
+    }
+
+    async fn force_unlock(&self, name: &LockName) -> Result<bool> {
+        let mut state = self.state();
+        let was_held = state.live(name, Instant::now()).is_some();
+        if was_held {
+            state.held.remove(name);
+            state.signal_release(name);
+        }
+        Ok(was_held)
+    }
+}
+
+struct MemoryWaiter {
+    receiver: watch::Receiver<u64>,
+}
+
+#[async_trait]
+impl ReleaseWaiter for MemoryWaiter {
+    async fn wait(&mut self, max: Duration) {
+        // `changed` returns at once for a release signalled since the last wait.
+        match tokio::time::timeout(max, self.receiver.changed()).await {
+            Ok(Ok(())) | Err(_) => {}
+            // The store dropped the signal (it has no receivers left but this one cannot be
+            // the case while we hold it); fall back to sleeping.
+            Ok(Err(_)) => tokio::time::sleep(max).await,
+        }
+    }
+}

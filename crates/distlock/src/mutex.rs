@@ -1,0 +1,510 @@
+//! The distributed mutual-exclusion lock and its guard.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::backend::{Acquired, Extended, Owner, ReleaseWaiter, Released};
+use crate::client::{ClientInner, Grant, MAX_DURATION, validate_lease};
+use crate::error::{Error, Result};
+use crate::name::LockName;
+
+/// How to acquire: how long to wait, and whether to hold with a fixed lease.
+///
+/// ```
+/// # use std::time::Duration;
+/// let opts = distlock::AcquireOptions::new()
+///     .wait(Duration::from_secs(2))
+///     .lease(Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AcquireOptions {
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+}
+
+impl AcquireOptions {
+    /// Wait without a limit; hold with the client's renewed lease.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Give up with [`Error::Timeout`] after waiting this long. Zero tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Hold for this fixed lease, without renewal (Redisson's `leaseTime`). The lock frees
+    /// itself when the lease runs out, even while the guard lives, and the guard's
+    /// [`Guard::lost`] fires then.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if let Some(lease) = self.lease {
+            validate_lease(lease)?;
+        }
+        if let Some(wait) = self.wait
+            && wait > MAX_DURATION
+        {
+            return Err(Error::invalid(
+                "wait",
+                format!(
+                    "{wait:?} is longer than the limit {MAX_DURATION:?}; use Mutex::acquire to \
+                     wait without a limit"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A handle on one distributed mutual-exclusion lock, made by
+/// [`Locks::mutex`](crate::Locks::mutex).
+///
+/// The handle is one *holder*: acquiring again through the same handle (or a clone of it)
+/// while holding re-enters the lock and increments its hold count; the lock is free when every
+/// guard has been released. Handles made by separate `Locks::mutex` calls exclude each other.
+#[derive(Clone)]
+pub struct Mutex {
+    client: Arc<ClientInner>,
+    name: LockName,
+    owner: Owner,
+}
+
+impl fmt::Debug for Mutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex")
+            .field("name", &self.name)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+impl Mutex {
+    pub(crate) fn new(client: Arc<ClientInner>, name: LockName, owner: Owner) -> Self {
+        Mutex {
+            client,
+            name,
+            owner,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.name.as_str()
+    }
+
+    /// This handle's owner identity, as backends store it.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
+    }
+
+    /// Waits until the lock is granted, without a limit, and holds it with the client's lease
+    /// (30 s by default), renewed every third of the lease while the guard lives.
+    ///
+    /// # Notable errors
+    /// [`Error::Backend`] when the backend fails; the wait ends then.
+    ///
+    /// # Cancel safety
+    /// Cancel safe. Dropping the future leaves nothing behind: a grant that arrives after the
+    /// drop is released in the background.
+    pub async fn acquire(&self) -> Result<Guard> {
+        self.acquire_with(AcquireOptions::new()).await
+    }
+
+    /// Tries once and returns at once: `None` when someone else holds the lock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Mutex::acquire`].
+    pub async fn try_acquire(&self) -> Result<Option<Guard>> {
+        self.acquire_inner(AcquireOptions::new().wait(Duration::ZERO))
+            .await
+    }
+
+    /// Acquires with a wait limit and/or a fixed lease (Redisson's
+    /// `tryLock(waitTime, leaseTime)`).
+    ///
+    /// # Notable errors
+    /// - [`Error::Timeout`] when the wait runs out.
+    /// - [`Error::InvalidInput`] for a zero or absurd lease, or a wait over one day.
+    /// - [`Error::Backend`] when the backend fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Mutex::acquire`].
+    pub async fn acquire_with(&self, options: AcquireOptions) -> Result<Guard> {
+        let start = Instant::now();
+        match self.acquire_inner(options).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::Timeout {
+                name: self.name.to_string(),
+                waited: start.elapsed(),
+            }),
+        }
+    }
+
+    async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<Guard>> {
+        options.validate()?;
+        let span = tracing::debug_span!(
+            "distlock.acquire",
+            lock = %self.name,
+            backend = self.client.backend.scheme(),
+        );
+        self.acquire_loop(options).instrument(span).await
+    }
+
+    async fn acquire_loop(&self, options: AcquireOptions) -> Result<Option<Guard>> {
+        let start = Instant::now();
+        let deadline = options.wait.map(|wait| start + wait);
+        let lease = options
+            .lease
+            .unwrap_or(self.client.options.lease_duration());
+        let mut waiter: Option<Box<dyn ReleaseWaiter>> = None;
+        loop {
+            let attempt_start = Instant::now();
+            match self.attempt(lease).await? {
+                Acquired::Granted {
+                    fencing_token,
+                    holds,
+                } => {
+                    let renew = options.lease.is_none();
+                    let grant = self.client.register(
+                        &self.name,
+                        &self.owner,
+                        holds <= 1,
+                        renew,
+                        attempt_start + lease,
+                    );
+                    tracing::debug!(
+                        fencing_token,
+                        holds,
+                        waited_ms = start.elapsed().as_millis() as u64,
+                        "granted"
+                    );
+                    return Ok(Some(Guard {
+                        state: Some(GuardState {
+                            client: self.client.clone(),
+                            name: self.name.clone(),
+                            owner: self.owner.clone(),
+                            fencing_token,
+                            lost: grant.subscribe(),
+                            grant,
+                        }),
+                    }));
+                }
+                Acquired::Held { ttl } => {
+                    let remaining = match deadline {
+                        Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                        None => MAX_DURATION,
+                    };
+                    if remaining.is_zero() {
+                        tracing::debug!("held by another owner; giving up");
+                        return Ok(None);
+                    }
+                    match waiter.as_mut() {
+                        None => {
+                            // Subscribe, then try again at once: a release between the failed
+                            // attempt and the subscription is not missed.
+                            waiter = Some(self.client.backend.subscribe(&self.name).await?);
+                        }
+                        Some(waiter) => {
+                            let ttl = ttl.unwrap_or(remaining).max(Duration::from_millis(1));
+                            tracing::trace!(?ttl, "waiting for a release");
+                            waiter.wait(ttl.min(remaining)).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt, run in its own task so that a caller who drops the acquire future while
+    /// the request is in flight cannot leak a grant: the task releases what was granted.
+    async fn attempt(&self, lease: Duration) -> Result<Acquired> {
+        let (reply, answer) = oneshot::channel();
+        let backend = self.client.backend.clone();
+        let name = self.name.clone();
+        let owner = self.owner.clone();
+        tokio::spawn(async move {
+            let result = backend.try_acquire(&name, &owner, lease).await;
+            if let Err(Ok(Acquired::Granted { .. })) = reply.send(result) {
+                tracing::debug!(lock = %name, "acquire cancelled after the grant; releasing it");
+                if let Err(error) = backend.release(&name, &owner).await {
+                    tracing::warn!(lock = %name, %error, "could not undo a cancelled grant; it frees when its lease ends");
+                }
+            }
+        });
+        answer.await.map_err(|_| {
+            Error::backend(
+                self.client.backend.scheme(),
+                "acquire",
+                "the acquire task ended without an answer (the runtime is shutting down)",
+            )
+        })?
+    }
+}
+
+/// Proof of holding a lock. Release it with [`Guard::release`] to learn whether the release
+/// worked; dropping it releases in the background.
+///
+/// # Dropping
+/// `Drop` cannot wait, so it spawns the release on the Tokio runtime and returns at once: the
+/// lock is free a round trip later, not immediately, and an error is only logged. If no
+/// runtime is running, or the release fails, the lock frees itself when its lease ends.
+/// Prefer `guard.release().await`.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct Guard {
+    state: Option<GuardState>,
+}
+
+struct GuardState {
+    client: Arc<ClientInner>,
+    name: LockName,
+    owner: Owner,
+    fencing_token: u64,
+    grant: Arc<Grant>,
+    lost: watch::Receiver<Option<Arc<str>>>,
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            Some(state) => f
+                .debug_struct("Guard")
+                .field("name", &state.name)
+                .field("owner", &state.owner)
+                .field("fencing_token", &state.fencing_token)
+                .finish(),
+            None => f.write_str("Guard(released)"),
+        }
+    }
+}
+
+impl Guard {
+    fn state(&self) -> &GuardState {
+        // `state` is only taken by `release(self)` and `Drop`, after which no method can be
+        // called.
+        self.state
+            .as_ref()
+            .expect("guard state is present until release or drop")
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.state().name.as_str()
+    }
+
+    /// The fencing token of this grant: strictly greater than the token of every earlier grant
+    /// of this lock name, across clients and across expiry. Send it with every write to the
+    /// protected resource, and let the resource refuse a write whose token is older than the
+    /// newest it has seen: that is what makes a holder whose lease ran out harmless.
+    pub fn fencing_token(&self) -> u64 {
+        self.state().fencing_token
+    }
+
+    /// Resolves when the lock is known to be lost: a renewal was refused, the lease ran out
+    /// without a successful renewal, or (for backends with sessions) the session ended. A
+    /// force-unlock is noticed at the next renewal. Returns the [`Error::LockLost`] to report.
+    ///
+    /// ```no_run
+    /// # async fn f(guard: distlock::Guard) -> distlock::Result<()> {
+    /// tokio::select! {
+    ///     lost = guard.lost() => return Err(lost),
+    ///     _ = do_the_work() => {}
+    /// }
+    /// guard.release().await
+    /// # }
+    /// # async fn do_the_work() {}
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> Error {
+        let state = self.state();
+        let mut lost = state.lost.clone();
+        let reason = match lost.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone(),
+            // The sender lives in the grant, which this guard keeps alive.
+            Err(_) => None,
+        };
+        Error::LockLost {
+            name: state.name.to_string(),
+            reason: reason.map_or_else(|| "unknown".to_owned(), |r| r.to_string()),
+        }
+    }
+
+    /// True once the client knows the lock is lost. Cheap: asks no server.
+    pub fn is_lost(&self) -> bool {
+        self.state().lost.borrow().is_some()
+    }
+
+    /// Asks the backend whether this guard's owner still holds the lock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn is_held(&self) -> Result<bool> {
+        let state = self.state();
+        if state.grant.lost_reason().is_some() {
+            return Ok(false);
+        }
+        Ok(state
+            .client
+            .backend
+            .holds(&state.name, &state.owner)
+            .await?
+            > 0)
+    }
+
+    /// Sets the lock's lease to end `lease` from now. From then on the lock is held with that
+    /// fixed lease and no longer renewed automatically.
+    ///
+    /// # Notable errors
+    /// - [`Error::NotOwner`] when another owner holds the lock now; nothing changed.
+    /// - [`Error::LockLost`] when nobody holds it any more.
+    /// - [`Error::InvalidInput`] for a lease out of range.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have extended the lease.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        validate_lease(lease)?;
+        let state = self.state();
+        let start = Instant::now();
+        let outcome = state
+            .client
+            .backend
+            .extend(&state.name, &state.owner, lease)
+            .await?;
+        match outcome {
+            Extended::Extended => {
+                state
+                    .client
+                    .extended(&state.name, &state.owner, &state.grant, start + lease);
+                tracing::debug!(lock = %state.name, ?lease, "extended");
+                Ok(())
+            }
+            Extended::NotHeld => {
+                state
+                    .grant
+                    .mark_lost(&state.name, "an extension found the lock free");
+                Err(state.lost_error())
+            }
+            Extended::HeldByOther => {
+                state
+                    .grant
+                    .mark_lost(&state.name, "an extension found another owner holding it");
+                Err(Error::NotOwner {
+                    name: state.name.to_string(),
+                })
+            }
+        }
+    }
+
+    /// Releases this guard's hold and reports how it went. The lock is free once every guard
+    /// of its owner has been released.
+    ///
+    /// # Notable errors
+    /// - [`Error::LockLost`] when the lock had already been lost; nothing changed.
+    /// - [`Error::NotOwner`] when another owner holds it now; nothing changed.
+    /// - [`Error::Backend`] when the request failed; the lock then frees when its lease ends.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the release runs in its own task and completes even if this future is
+    /// dropped.
+    pub async fn release(mut self) -> Result<()> {
+        let Some(state) = self.state.take() else {
+            return Ok(());
+        };
+        let Some(release) = state.begin_release() else {
+            return Err(state.lost_error());
+        };
+        // In a task of its own, so that dropping this future does not stop the release.
+        let outcome = tokio::spawn(release).await.map_err(|_| {
+            Error::backend(
+                state.client.backend.scheme(),
+                "release",
+                "the release task ended without an answer (the runtime is shutting down)",
+            )
+        })??;
+        match outcome {
+            Released::Released { remaining_holds } => {
+                tracing::debug!(lock = %state.name, fencing_token = state.fencing_token, remaining_holds, "released");
+                Ok(())
+            }
+            Released::NotHeld => {
+                state
+                    .grant
+                    .mark_lost(&state.name, "the lock was free at release");
+                Err(state.lost_error())
+            }
+            Released::HeldByOther => {
+                state
+                    .grant
+                    .mark_lost(&state.name, "another owner held the lock at release");
+                Err(Error::NotOwner {
+                    name: state.name.to_string(),
+                })
+            }
+        }
+    }
+}
+
+impl GuardState {
+    fn lost_error(&self) -> Error {
+        Error::LockLost {
+            name: self.name.to_string(),
+            reason: self.grant.lost_reason().map_or_else(
+                || "the lock was no longer held".to_owned(),
+                |r| r.to_string(),
+            ),
+        }
+    }
+
+    /// Stops renewal of this guard's hold and returns the backend release to run. `None` when
+    /// a newer grant to the same owner superseded this guard's (nothing to release).
+    fn begin_release(&self) -> Option<impl Future<Output = Result<Released>> + Send + 'static> {
+        if !self.client.unregister(&self.name, &self.owner, &self.grant) {
+            return None;
+        }
+        let backend = self.client.backend.clone();
+        let name = self.name.clone();
+        let owner = self.owner.clone();
+        Some(async move { backend.release(&name, &owner).await })
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let Some(state) = self.state.take() else {
+            return;
+        };
+        let Some(release) = state.begin_release() else {
+            return;
+        };
+        let name = state.name.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                // Detached: a failure is only logged.
+                drop(runtime.spawn(async move {
+                    match release.await {
+                        Ok(_) => tracing::debug!(lock = %name, "released on drop"),
+                        Err(error) => tracing::warn!(
+                            lock = %name, %error,
+                            "release on drop failed; the lock frees when its lease ends"
+                        ),
+                    }
+                }));
+            }
+            Err(_) => tracing::warn!(
+                lock = %name,
+                "guard dropped outside a Tokio runtime; the lock frees when its lease ends"
+            ),
+        }
+    }
+}

@@ -1,0 +1,478 @@
+//! The table-record lock in an SQLite file (MISSION §5): the embedded default.
+//!
+//! One row per held lock in `distlock_locks` (name UNIQUE, owner, hold count, fencing token,
+//! lease, created and expiry times). Acquire inserts the row; a live row means someone holds
+//! the lock; an expired row is deleted and replaced in the same transaction. Release deletes
+//! only the owner's row. Fencing tokens come from `distlock_fencing`, one counter per name
+//! that survives release, so tokens grow across holders and across expiry.
+//!
+//! Every operation is one `BEGIN IMMEDIATE` transaction, so it is atomic against every other
+//! process using the file. The file uses WAL and a busy timeout so that processes wait for
+//! each other's short transactions instead of failing. Waiters poll (SQLite has no
+//! notifications between processes) with a read-only query, backing off from 1 ms to 8 ms.
+//!
+//! URL: `sqlite:///absolute/path.db` or `sqlite://relative/path.db`, with the optional query
+//! `?busy_timeout_ms=N` (default 5000). The file is made if missing; its directory must exist.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+
+use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released};
+use crate::error::{Error, Result};
+use crate::name::LockName;
+
+const SCHEME: &str = "sqlite";
+const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+const POLL_FIRST: Duration = Duration::from_millis(1);
+const POLL_MAX: Duration = Duration::from_millis(8);
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS distlock_locks (
+    id            INTEGER PRIMARY KEY,
+    name          TEXT    NOT NULL UNIQUE,
+    owner         TEXT    NOT NULL,
+    holds         INTEGER NOT NULL,
+    fencing_token INTEGER NOT NULL,
+    lease_ms      INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS distlock_fencing (
+    name       TEXT    PRIMARY KEY,
+    last_token INTEGER NOT NULL
+) WITHOUT ROWID;
+";
+
+/// The table-record lock in an SQLite file shared by the processes of one machine.
+#[derive(Debug, Clone)]
+pub struct SqliteBackend {
+    connection: Arc<StdMutex<Connection>>,
+    path: PathBuf,
+}
+
+/// Parsed `sqlite://` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SqliteUrl {
+    path: PathBuf,
+    busy_timeout: Duration,
+}
+
+fn parse_url(rest: &str) -> Result<SqliteUrl> {
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    if path.is_empty() {
+        return Err(Error::invalid(
+            "URL",
+            "sqlite:// needs a file path, as in sqlite:///var/lib/app/locks.db",
+        ));
+    }
+    let mut busy_timeout = DEFAULT_BUSY_TIMEOUT;
+    for pair in query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=') {
+            Some(("busy_timeout_ms", value)) => {
+                let ms: u64 = value.parse().map_err(|_| {
+                    Error::invalid(
+                        "URL",
+                        format!("busy_timeout_ms={value:?} is not a whole number of milliseconds"),
+                    )
+                })?;
+                if ms == 0 || ms > 600_000 {
+                    return Err(Error::invalid(
+                        "URL",
+                        format!("busy_timeout_ms={ms} is outside 1 ..= 600000"),
+                    ));
+                }
+                busy_timeout = Duration::from_millis(ms);
+            }
+            _ => {
+                return Err(Error::invalid(
+                    "URL",
+                    format!(
+                        "unknown sqlite:// option {pair:?}; the only option is busy_timeout_ms"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(SqliteUrl {
+        path: PathBuf::from(path),
+        busy_timeout,
+    })
+}
+
+fn backend_error(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {
+    move |error| Error::backend(SCHEME, operation, error)
+}
+
+/// Milliseconds since the Unix epoch by this machine's clock. All processes sharing the file
+/// run on this machine, so they share the clock.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn to_u32(holds: i64) -> u32 {
+    u32::try_from(holds).unwrap_or(u32::MAX)
+}
+
+impl SqliteBackend {
+    /// Opens (or makes) the lock file named by the part of a `sqlite://` URL after `://`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL or a directory that does not exist;
+    /// [`Error::Backend`] when SQLite cannot open or set up the file.
+    pub async fn open(url_rest: &str) -> Result<Self> {
+        let url = parse_url(url_rest)?;
+        let parent = url.path.parent().unwrap_or(Path::new(""));
+        if !parent.as_os_str().is_empty() && !parent.is_dir() {
+            return Err(Error::invalid(
+                "URL",
+                format!(
+                    "the directory {} does not exist; create it first or choose another path",
+                    parent.display()
+                ),
+            ));
+        }
+        let path = url.path.clone();
+        let connection = tokio::task::spawn_blocking(move || -> Result<Connection> {
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let conn = Connection::open_with_flags(&url.path, flags)
+                .map_err(backend_error("open the file"))?;
+            conn.busy_timeout(url.busy_timeout)
+                .map_err(backend_error("set the busy timeout"))?;
+            let _mode: String = conn
+                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+                .map_err(backend_error("switch to WAL"))?;
+            conn.execute_batch("PRAGMA synchronous = NORMAL;")
+                .map_err(backend_error("set synchronous"))?;
+            conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
+                .map_err(backend_error("create the lock tables"))?;
+            Ok(conn)
+        })
+        .await
+        .map_err(|e| Error::backend(SCHEME, "open the file", e))??;
+        Ok(SqliteBackend {
+            connection: Arc::new(StdMutex::new(connection)),
+            path,
+        })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `work` on the connection in a blocking thread.
+    async fn run<T: Send + 'static>(
+        &self,
+        operation: &'static str,
+        work: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let connection = self.connection.clone();
+        tokio::task::spawn_blocking(move || {
+            // rusqlite leaves the connection usable after a panic elsewhere; an open
+            // transaction is rolled back when its `Transaction` value is dropped.
+            let mut conn = connection
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            work(&mut conn)
+        })
+        .await
+        .map_err(|e| Error::backend(SCHEME, operation, e))?
+        .map_err(backend_error(operation))
+    }
+}
+
+/// The live row of `name`: (owner, holds, fencing token, expires at ms).
+fn live_row(
+    conn: &Connection,
+    name: &str,
+    now: i64,
+) -> rusqlite::Result<Option<(String, i64, i64, i64)>> {
+    conn.query_row(
+        "SELECT owner, holds, fencing_token, expires_at_ms FROM distlock_locks
+         WHERE name = ?1 AND expires_at_ms > ?2",
+        params![name, now],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+    )
+    .optional()
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    fn scheme(&self) -> &'static str {
+        SCHEME
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.run("ping", |conn| conn.query_row("SELECT 1", [], |_| Ok(())))
+            .await
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<Acquired> {
+        let name = name.as_str().to_owned();
+        let owner = owner.as_str().to_owned();
+        let lease_ms = millis(lease);
+        self.run("acquire", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let acquired = match live_row(&tx, &name, now)? {
+                Some((holder, _, _, expires_at)) if holder != owner => Acquired::Held {
+                    ttl: Some(Duration::from_millis(
+                        u64::try_from(expires_at - now).unwrap_or(0),
+                    )),
+                },
+                Some((_, holds, token, _)) => {
+                    tx.execute(
+                        "UPDATE distlock_locks
+                         SET holds = holds + 1, expires_at_ms = MAX(expires_at_ms, ?2)
+                         WHERE name = ?1",
+                        params![name, now.saturating_add(lease_ms)],
+                    )?;
+                    Acquired::Granted {
+                        fencing_token: u64::try_from(token).unwrap_or(0),
+                        holds: to_u32(holds + 1),
+                    }
+                }
+                None => {
+                    // Free, or an expired row that is taken over in this transaction.
+                    tx.execute("DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
+                    let token: i64 = tx.query_row(
+                        "INSERT INTO distlock_fencing (name, last_token) VALUES (?1, 1)
+                         ON CONFLICT (name) DO UPDATE SET last_token = last_token + 1
+                         RETURNING last_token",
+                        [&name],
+                        |row| row.get(0),
+                    )?;
+                    tx.execute(
+                        "INSERT INTO distlock_locks
+                         (name, owner, holds, fencing_token, lease_ms, created_at_ms, expires_at_ms)
+                         VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6)",
+                        params![
+                            name,
+                            owner,
+                            token,
+                            lease_ms,
+                            now,
+                            now.saturating_add(lease_ms)
+                        ],
+                    )?;
+                    Acquired::Granted {
+                        fencing_token: u64::try_from(token).unwrap_or(0),
+                        holds: 1,
+                    }
+                }
+            };
+            tx.commit()?;
+            Ok(acquired)
+        })
+        .await
+    }
+
+    async fn subscribe(&self, name: &LockName) -> Result<Box<dyn ReleaseWaiter>> {
+        Ok(Box::new(SqliteWaiter {
+            backend: self.clone(),
+            name: name.as_str().to_owned(),
+            poll: POLL_FIRST,
+        }))
+    }
+
+    async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
+        let name = name.as_str().to_owned();
+        let owner = owner.as_str().to_owned();
+        self.run("release", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let released = match live_row(&tx, &name, now_ms())? {
+                None => Released::NotHeld,
+                Some((holder, _, _, _)) if holder != owner => Released::HeldByOther,
+                Some((_, holds, _, _)) if holds > 1 => {
+                    tx.execute(
+                        "UPDATE distlock_locks SET holds = holds - 1 WHERE name = ?1",
+                        [&name],
+                    )?;
+                    Released::Released {
+                        remaining_holds: to_u32(holds - 1),
+                    }
+                }
+                Some(_) => {
+                    tx.execute(
+                        "DELETE FROM distlock_locks WHERE name = ?1 AND owner = ?2",
+                        [&name, &owner],
+                    )?;
+                    Released::Released { remaining_holds: 0 }
+                }
+            };
+            tx.commit()?;
+            Ok(released)
+        })
+        .await
+    }
+
+    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+        let name = name.as_str().to_owned();
+        let owner = owner.as_str().to_owned();
+        let lease_ms = millis(lease);
+        self.run("extend", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let extended = match live_row(&tx, &name, now)? {
+                None => Extended::NotHeld,
+                Some((holder, _, _, _)) if holder != owner => Extended::HeldByOther,
+                Some(_) => {
+                    tx.execute(
+                        "UPDATE distlock_locks SET expires_at_ms = ?2, lease_ms = ?3
+                         WHERE name = ?1",
+                        params![name, now.saturating_add(lease_ms), lease_ms],
+                    )?;
+                    Extended::Extended
+                }
+            };
+            tx.commit()?;
+            Ok(extended)
+        })
+        .await
+    }
+
+    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+        let locks: Vec<(String, String)> = locks
+            .iter()
+            .map(|(name, owner)| (name.as_str().to_owned(), owner.as_str().to_owned()))
+            .collect();
+        let lease_ms = millis(lease);
+        self.run("renew", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = now_ms();
+            let mut renewed = Vec::with_capacity(locks.len());
+            {
+                let mut update = tx.prepare_cached(
+                    "UPDATE distlock_locks SET expires_at_ms = ?3
+                     WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?4",
+                )?;
+                for (name, owner) in &locks {
+                    let changed =
+                        update.execute(params![name, owner, now.saturating_add(lease_ms), now])?;
+                    renewed.push(changed == 1);
+                }
+            }
+            tx.commit()?;
+            Ok(renewed)
+        })
+        .await
+    }
+
+    async fn is_locked(&self, name: &LockName) -> Result<bool> {
+        let name = name.as_str().to_owned();
+        self.run("query the lock", move |conn| {
+            Ok(live_row(conn, &name, now_ms())?.is_some())
+        })
+        .await
+    }
+
+    async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
+        let name = name.as_str().to_owned();
+        let owner = owner.as_str().to_owned();
+        self.run("query the lock", move |conn| {
+            Ok(match live_row(conn, &name, now_ms())? {
+                Some((holder, holds, _, _)) if holder == owner => to_u32(holds),
+                _ => 0,
+            })
+        })
+        .await
+    }
+
+    async fn force_unlock(&self, name: &LockName) -> Result<bool> {
+        let name = name.as_str().to_owned();
+        self.run("force unlock", move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let was_held = live_row(&tx, &name, now_ms())?.is_some();
+            tx.execute("DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
+            tx.commit()?;
+            Ok(was_held)
+        })
+        .await
+    }
+}
+
+/// Polls the lock's row until it is free: SQLite cannot notify other processes.
+struct SqliteWaiter {
+    backend: SqliteBackend,
+    name: String,
+    poll: Duration,
+}
+
+#[async_trait]
+impl ReleaseWaiter for SqliteWaiter {
+    async fn wait(&mut self, max: Duration) {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            // Jitter spreads the polls of many waiters.
+            let jitter = 0.75 + fastrand::f64() * 0.5;
+            let nap = self.poll.mul_f64(jitter);
+            let now = tokio::time::Instant::now();
+            if now + nap >= deadline {
+                tokio::time::sleep_until(deadline).await;
+                return;
+            }
+            tokio::time::sleep(nap).await;
+            self.poll = (self.poll * 2).min(POLL_MAX);
+            let name = self.name.clone();
+            let free = self
+                .backend
+                .run("poll the lock", move |conn| {
+                    Ok(live_row(conn, &name, now_ms())?.is_none())
+                })
+                .await;
+            // An error is treated as "maybe free": the caller's next attempt reports it.
+            if !matches!(free, Ok(false)) {
+                self.poll = POLL_FIRST;
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_or_say_what_is_wrong() {
+        let url = parse_url("/tmp/x.db").unwrap();
+        assert_eq!(url.path, PathBuf::from("/tmp/x.db"));
+        assert_eq!(url.busy_timeout, DEFAULT_BUSY_TIMEOUT);
+        let url = parse_url("rel/x.db?busy_timeout_ms=250").unwrap();
+        assert_eq!(url.path, PathBuf::from("rel/x.db"));
+        assert_eq!(url.busy_timeout, Duration::from_millis(250));
+        for bad in [
+            "",
+            "?busy_timeout_ms=5",
+            "/x.db?busy_timeout_ms=0",
+            "/x.db?busy_timeout_ms=abc",
+            "/x.db?mode=ro",
+        ] {
+            assert!(parse_url(bad).unwrap_err().is_invalid_input(), "{bad:?}");
+        }
+    }
+}
