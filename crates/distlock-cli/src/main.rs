@@ -1,1 +1,42 @@
-fn main() {}
+//! `distlock`: the overselling demo, the lock benchmark and operator commands.
+//!
+//! Exit codes: 0 success; 1 the work failed (a backend error, a failed check); 2 bad input
+//! (unknown flag, malformed URL, zero or absurd duration, empty lock name).
+
+mod bench;
+mod cli;
+mod demo;
+mod failure;
+mod operator;
+mod progress;
+mod store;
+mod workers;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("distlock: error: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(cli::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("distlock: error: {failure}");
+            ExitCode::from(failure.exit_code())
+        }
+    }
+}

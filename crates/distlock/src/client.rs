@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, Owner};
 use crate::error::{Error, Result};
-use crate::mutex::Mutex;
+use crate::mutex::{Holder, Mutex};
 use crate::name::LockName;
 
 /// The default lease of a lock acquired without a lease of its own: 30 s, renewed every
@@ -122,18 +122,21 @@ impl Locks {
 
     /// A handle on the mutual-exclusion lock `name`. Cheap: nothing is sent to the backend.
     ///
-    /// Each call makes a new holder: two handles from two calls exclude each other even in
-    /// one task. Clones of one handle are the same holder, so acquiring through a clone while
-    /// holding re-enters the lock.
+    /// Every acquisition through the handle is a new owner, so tasks sharing the handle
+    /// exclude each other. For reentrant locking use [`Locks::holder`] or
+    /// [`Guard::reenter`](crate::Guard::reenter).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] when the name is empty or longer than
     /// [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES).
     pub fn mutex(&self, name: impl Into<String>) -> Result<Mutex> {
-        let name = LockName::new(name)?;
-        let holder = self.inner.next_holder.fetch_add(1, Ordering::Relaxed);
-        let owner = Owner::new(&self.inner.client_id, holder);
-        Ok(Mutex::new(self.inner.clone(), name, owner))
+        Ok(Mutex::new(self.inner.clone(), LockName::new(name)?, None))
+    }
+
+    /// A new owner identity for reentrant locking: the handles it makes acquire as this
+    /// holder, so acquiring a lock the holder already holds re-enters it.
+    pub fn holder(&self) -> Holder {
+        Holder::new(self.inner.clone(), self.inner.new_owner())
     }
 
     /// True when anyone holds `name`.
@@ -250,6 +253,11 @@ impl Drop for ClientInner {
 }
 
 impl ClientInner {
+    pub(crate) fn new_owner(&self) -> Owner {
+        let holder = self.next_holder.fetch_add(1, Ordering::Relaxed);
+        Owner::new(&self.client_id, holder)
+    }
+
     fn registry(&self) -> std::sync::MutexGuard<'_, HashMap<(LockName, Owner), Slot>> {
         // A panic while holding this lock cannot leave the map inconsistent (every update is
         // a single insert or field write), so a poisoned lock is still usable.

@@ -254,32 +254,46 @@ pub async fn renewal_keeps_holder_alive(url: &str) {
     );
 }
 
-/// The same holder re-enters; the lock is free after the last release only.
+/// A holder re-enters; the lock is free after the last release only; a plain handle shared
+/// by tasks does not re-enter.
 pub async fn reentrant_holds_count(url: &str) {
     let name = unique("reentrant");
     let locks = client(url).await;
-    let mutex = locks.mutex(name.as_str()).unwrap();
+    let holder = locks.holder();
     let rival = locks.mutex(name.as_str()).unwrap();
-    let outer = mutex.acquire().await.unwrap();
-    let inner = mutex
-        .clone()
+    let outer = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let inner = holder
+        .mutex(name.as_str())
+        .unwrap()
         .try_acquire()
         .await
         .unwrap()
         .expect("re-entry refused");
+    let third = outer.reenter().await.expect("reenter refused");
     assert_eq!(outer.fencing_token(), inner.fencing_token());
+    assert_eq!(outer.fencing_token(), third.fencing_token());
     assert!(rival.try_acquire().await.unwrap().is_none());
     outer.release().await.unwrap();
+    third.release().await.unwrap();
     assert!(
         rival.try_acquire().await.unwrap().is_none(),
         "freed with a hold left"
     );
     assert!(inner.is_held().await.unwrap());
     inner.release().await.unwrap();
+    let guard = rival.try_acquire().await.unwrap();
+    let guard = guard.expect("not freed after the last hold");
+    // Tasks sharing one plain handle are distinct owners and exclude each other.
     assert!(
-        rival.try_acquire().await.unwrap().is_some(),
-        "not freed after the last hold"
+        rival.try_acquire().await.unwrap().is_none(),
+        "a shared handle re-entered"
     );
+    guard.release().await.unwrap();
 }
 
 /// A guard whose lease ran out cannot release or extend the next holder's lock.

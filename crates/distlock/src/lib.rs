@@ -43,8 +43,11 @@
 //!
 //! # Ownership, leases and loss
 //!
-//! * A [`Mutex`] handle is one holder. Acquiring through the same handle (or a clone) while
-//!   holding re-enters the lock; the lock is free once every [`Guard`] has been released.
+//! * Every acquisition through a [`Mutex`] from [`Locks::mutex`] is its own owner, so tasks
+//!   sharing a handle exclude each other. Reentrancy is explicit: a [`Holder`] from
+//!   [`Locks::holder`] is an owner identity that re-enters locks it holds, and
+//!   [`Guard::reenter`] takes another hold on a held lock. The lock is free once every
+//!   [`Guard`] of its owner has been released.
 //! * A lock acquired without a lease is held with the client's lease (30 s by default) and
 //!   renewed every third of it by one background task per client, in batches. A lock
 //!   acquired with [`AcquireOptions::lease`] is not renewed: it frees itself when the lease
@@ -74,7 +77,7 @@ use std::sync::Arc;
 
 pub use crate::client::{ConnectOptions, DEFAULT_LEASE, Locks, MAX_DURATION, MIN_LEASE};
 pub use crate::error::{BoxError, Error, Result};
-pub use crate::mutex::{AcquireOptions, Guard, Mutex};
+pub use crate::mutex::{AcquireOptions, Guard, Holder, Mutex};
 pub use crate::name::{LockName, MAX_NAME_BYTES};
 
 /// Schemes of backends that later releases add.

@@ -67,33 +67,36 @@ impl AcquireOptions {
 }
 
 /// A handle on one distributed mutual-exclusion lock, made by
-/// [`Locks::mutex`](crate::Locks::mutex).
+/// [`Locks::mutex`](crate::Locks::mutex) or [`Holder::mutex`].
 ///
-/// The handle is one *holder*: acquiring again through the same handle (or a clone of it)
-/// while holding re-enters the lock and increments its hold count; the lock is free when every
-/// guard has been released. Handles made by separate `Locks::mutex` calls exclude each other.
+/// A handle from `Locks::mutex` gives every acquisition its own owner identity, so tasks that
+/// share the handle (or clones of it) exclude each other, as with `tokio::sync::Mutex`.
+/// A handle from [`Holder::mutex`] acquires as that holder: acquiring again while holding
+/// re-enters the lock and increments its hold count, and the lock is free once every guard
+/// has been released.
 #[derive(Clone)]
 pub struct Mutex {
     client: Arc<ClientInner>,
     name: LockName,
-    owner: Owner,
+    /// `None`: a fresh owner per acquisition.
+    holder: Option<Owner>,
 }
 
 impl fmt::Debug for Mutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mutex")
             .field("name", &self.name)
-            .field("owner", &self.owner)
+            .field("holder", &self.holder)
             .finish()
     }
 }
 
 impl Mutex {
-    pub(crate) fn new(client: Arc<ClientInner>, name: LockName, owner: Owner) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, name: LockName, holder: Option<Owner>) -> Self {
         Mutex {
             client,
             name,
-            owner,
+            holder,
         }
     }
 
@@ -102,9 +105,9 @@ impl Mutex {
         self.name.as_str()
     }
 
-    /// This handle's owner identity, as backends store it.
-    pub fn owner(&self) -> &Owner {
-        &self.owner
+    /// The holder this handle acquires as, when it is bound to one ([`Holder::mutex`]).
+    pub fn holder(&self) -> Option<&Owner> {
+        self.holder.as_ref()
     }
 
     /// Waits until the lock is granted, without a limit, and holds it with the client's lease
@@ -157,97 +160,161 @@ impl Mutex {
             lock = %self.name,
             backend = self.client.backend.scheme(),
         );
-        self.acquire_loop(options).instrument(span).await
+        let owner = match &self.holder {
+            Some(holder) => holder.clone(),
+            None => self.client.new_owner(),
+        };
+        acquire_loop(&self.client, &self.name, &owner, options)
+            .instrument(span)
+            .await
     }
+}
 
-    async fn acquire_loop(&self, options: AcquireOptions) -> Result<Option<Guard>> {
-        let start = Instant::now();
-        let deadline = options.wait.map(|wait| start + wait);
-        let lease = options
-            .lease
-            .unwrap_or(self.client.options.lease_duration());
-        let mut waiter: Option<Box<dyn ReleaseWaiter>> = None;
-        loop {
-            let attempt_start = Instant::now();
-            match self.attempt(lease).await? {
-                Acquired::Granted {
+async fn acquire_loop(
+    client: &Arc<ClientInner>,
+    name: &LockName,
+    owner: &Owner,
+    options: AcquireOptions,
+) -> Result<Option<Guard>> {
+    let start = Instant::now();
+    let deadline = options.wait.map(|wait| start + wait);
+    let lease = options.lease.unwrap_or(client.options.lease_duration());
+    let mut waiter: Option<Box<dyn ReleaseWaiter>> = None;
+    loop {
+        let attempt_start = Instant::now();
+        match attempt(client, name, owner, lease).await? {
+            Acquired::Granted {
+                fencing_token,
+                holds,
+            } => {
+                let renew = options.lease.is_none();
+                let grant = client.register(name, owner, holds <= 1, renew, attempt_start + lease);
+                tracing::debug!(
                     fencing_token,
                     holds,
-                } => {
-                    let renew = options.lease.is_none();
-                    let grant = self.client.register(
-                        &self.name,
-                        &self.owner,
-                        holds <= 1,
-                        renew,
-                        attempt_start + lease,
-                    );
-                    tracing::debug!(
+                    waited_ms = start.elapsed().as_millis() as u64,
+                    "granted"
+                );
+                return Ok(Some(Guard {
+                    state: Some(GuardState {
+                        client: client.clone(),
+                        name: name.clone(),
+                        owner: owner.clone(),
                         fencing_token,
-                        holds,
-                        waited_ms = start.elapsed().as_millis() as u64,
-                        "granted"
-                    );
-                    return Ok(Some(Guard {
-                        state: Some(GuardState {
-                            client: self.client.clone(),
-                            name: self.name.clone(),
-                            owner: self.owner.clone(),
-                            fencing_token,
-                            lost: grant.subscribe(),
-                            grant,
-                        }),
-                    }));
+                        lost: grant.subscribe(),
+                        grant,
+                    }),
+                }));
+            }
+            Acquired::Held { ttl } => {
+                let remaining = match deadline {
+                    Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                    None => MAX_DURATION,
+                };
+                if remaining.is_zero() {
+                    tracing::debug!("held by another owner; giving up");
+                    return Ok(None);
                 }
-                Acquired::Held { ttl } => {
-                    let remaining = match deadline {
-                        Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                        None => MAX_DURATION,
-                    };
-                    if remaining.is_zero() {
-                        tracing::debug!("held by another owner; giving up");
-                        return Ok(None);
+                match waiter.as_mut() {
+                    None => {
+                        // Subscribe, then try again at once: a release between the failed
+                        // attempt and the subscription is not missed.
+                        waiter = Some(client.backend.subscribe(name).await?);
                     }
-                    match waiter.as_mut() {
-                        None => {
-                            // Subscribe, then try again at once: a release between the failed
-                            // attempt and the subscription is not missed.
-                            waiter = Some(self.client.backend.subscribe(&self.name).await?);
-                        }
-                        Some(waiter) => {
-                            let ttl = ttl.unwrap_or(remaining).max(Duration::from_millis(1));
-                            tracing::trace!(?ttl, "waiting for a release");
-                            waiter.wait(ttl.min(remaining)).await;
-                        }
+                    Some(waiter) => {
+                        let ttl = ttl.unwrap_or(remaining).max(Duration::from_millis(1));
+                        tracing::trace!(?ttl, "waiting for a release");
+                        waiter.wait(ttl.min(remaining)).await;
                     }
                 }
             }
         }
     }
+}
 
-    /// One attempt, run in its own task so that a caller who drops the acquire future while
-    /// the request is in flight cannot leak a grant: the task releases what was granted.
-    async fn attempt(&self, lease: Duration) -> Result<Acquired> {
-        let (reply, answer) = oneshot::channel();
-        let backend = self.client.backend.clone();
-        let name = self.name.clone();
-        let owner = self.owner.clone();
-        tokio::spawn(async move {
-            let result = backend.try_acquire(&name, &owner, lease).await;
-            if let Err(Ok(Acquired::Granted { .. })) = reply.send(result) {
-                tracing::debug!(lock = %name, "acquire cancelled after the grant; releasing it");
-                if let Err(error) = backend.release(&name, &owner).await {
-                    tracing::warn!(lock = %name, %error, "could not undo a cancelled grant; it frees when its lease ends");
-                }
+/// One attempt, run in its own task so that a caller who drops the acquire future while
+/// the request is in flight cannot leak a grant: the task releases what was granted.
+async fn attempt(
+    client: &ClientInner,
+    name: &LockName,
+    owner: &Owner,
+    lease: Duration,
+) -> Result<Acquired> {
+    let (reply, answer) = oneshot::channel();
+    let backend = client.backend.clone();
+    let name = name.clone();
+    let owner = owner.clone();
+    tokio::spawn(async move {
+        let result = backend.try_acquire(&name, &owner, lease).await;
+        if let Err(Ok(Acquired::Granted { .. })) = reply.send(result) {
+            tracing::debug!(lock = %name, "acquire cancelled after the grant; releasing it");
+            if let Err(error) = backend.release(&name, &owner).await {
+                tracing::warn!(lock = %name, %error, "could not undo a cancelled grant; it frees when its lease ends");
             }
-        });
-        answer.await.map_err(|_| {
-            Error::backend(
-                self.client.backend.scheme(),
-                "acquire",
-                "the acquire task ended without an answer (the runtime is shutting down)",
-            )
-        })?
+        }
+    });
+    answer.await.map_err(|_| {
+        Error::backend(
+            client.backend.scheme(),
+            "acquire",
+            "the acquire task ended without an answer (the runtime is shutting down)",
+        )
+    })?
+}
+
+/// An explicit owner identity for reentrant locking, made by
+/// [`Locks::holder`](crate::Locks::holder). Clones are the same holder.
+///
+/// Ownership never depends on the OS thread (tasks move between threads): code that holds a
+/// lock and calls code that locks it again passes the holder (or the guard, see
+/// [`Guard::reenter`]) along.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> distlock::Result<()> {
+/// let locks = distlock::connect("memory://").await?;
+/// let me = locks.holder();
+/// let outer = me.mutex("account/7")?.acquire().await?;
+/// let inner = me.mutex("account/7")?.acquire().await?; // re-enters: hold count 2
+/// outer.release().await?;
+/// assert!(locks.is_locked("account/7").await?);       // one hold left
+/// inner.release().await?;
+/// assert!(!locks.is_locked("account/7").await?);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Holder {
+    client: Arc<ClientInner>,
+    owner: Owner,
+}
+
+impl fmt::Debug for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Holder").field(&self.owner).finish()
+    }
+}
+
+impl Holder {
+    pub(crate) fn new(client: Arc<ClientInner>, owner: Owner) -> Self {
+        Holder { client, owner }
+    }
+
+    /// A handle on the lock `name` that acquires as this holder (reentrant).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for an empty or too long name.
+    pub fn mutex(&self, name: impl Into<String>) -> Result<Mutex> {
+        Ok(Mutex::new(
+            self.client.clone(),
+            LockName::new(name)?,
+            Some(self.owner.clone()),
+        ))
+    }
+
+    /// The identity as backends store it.
+    pub fn owner(&self) -> &Owner {
+        &self.owner
     }
 }
 
@@ -299,6 +366,41 @@ impl Guard {
     /// The lock's name.
     pub fn name(&self) -> &str {
         self.state().name.as_str()
+    }
+
+    /// The owner identity this guard holds the lock as.
+    pub fn owner(&self) -> &Owner {
+        &self.state().owner
+    }
+
+    /// Acquires the same lock again as the same owner, at once: another guard on this grant,
+    /// with the same fencing token. The lock is free once every guard has been released.
+    ///
+    /// # Notable errors
+    /// [`Error::LockLost`] or [`Error::NotOwner`] when the lock was lost meanwhile.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Mutex::acquire`].
+    pub async fn reenter(&self) -> Result<Guard> {
+        let state = self.state();
+        let reentry = Mutex::new(
+            state.client.clone(),
+            state.name.clone(),
+            Some(state.owner.clone()),
+        )
+        .try_acquire()
+        .await?;
+        match reentry {
+            Some(guard) if guard.fencing_token() == state.fencing_token => Ok(guard),
+            Some(guard) => {
+                // A fresh grant: ours was lost before the re-entry. Keep nothing.
+                guard.release().await?;
+                Err(state.lost_error())
+            }
+            None => Err(Error::NotOwner {
+                name: state.name.to_string(),
+            }),
+        }
     }
 
     /// The fencing token of this grant: strictly greater than the token of every earlier grant

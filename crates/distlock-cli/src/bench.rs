@@ -1,0 +1,490 @@
+//! `distlock bench`: what a backend costs, each figure next to its limit measured in the same
+//! run.
+//!
+//! 1. Baseline: the backend's cheapest request (`ping`) through the same client.
+//! 2. Uncontended: acquire+release pairs on one name, against 1 / (2 x RTT).
+//! 3. Contention: worker processes on one name, each holding `--hold-ms` per acquisition,
+//!    against 1 / (mean hold + RTT); handoff gaps (release start to the next grant), waits,
+//!    fairness, and a mutual-exclusion check over every acquisition's interval.
+
+use std::path::Path;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+
+use crate::cli::BenchArgs;
+use crate::failure::{CliResult, Failure};
+use crate::progress::Progress;
+use crate::workers::{self, Fleet};
+
+/// The most any timed phase of the parent may take.
+const PHASE_TIME_LIMIT: Duration = Duration::from_secs(30);
+
+/// The hidden `bench-worker` subcommand's arguments.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[arg(long)]
+    backend: String,
+    #[arg(long)]
+    name: String,
+    #[arg(long)]
+    hold_ms: u64,
+    #[arg(long)]
+    duration_ms: u64,
+}
+
+/// One acquisition in a worker: wall-clock nanoseconds (shared by the processes of one
+/// machine) when it started waiting, was granted, and started releasing.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct Interval {
+    wait_start: u64,
+    acquired: u64,
+    release_start: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WorkerReport {
+    intervals: Vec<Interval>,
+}
+
+/// Milliseconds statistics of a sample.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Stats {
+    count: usize,
+    mean_ms: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+impl Stats {
+    fn of(mut samples_ms: Vec<f64>) -> Self {
+        samples_ms.sort_by(f64::total_cmp);
+        let count = samples_ms.len();
+        let at = |q: f64| -> f64 {
+            if count == 0 {
+                return 0.0;
+            }
+            let index = ((count as f64 - 1.0) * q).round() as usize;
+            samples_ms[index.min(count - 1)]
+        };
+        Stats {
+            count,
+            mean_ms: if count == 0 {
+                0.0
+            } else {
+                samples_ms.iter().sum::<f64>() / count as f64
+            },
+            p50_ms: at(0.50),
+            p99_ms: at(0.99),
+            max_ms: samples_ms.last().copied().unwrap_or(0.0),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Uncontended {
+    pairs: usize,
+    pairs_per_s: f64,
+    latency: Stats,
+    /// 1 / (2 x mean RTT): two round trips per pair.
+    limit_per_s: f64,
+    ratio_to_limit: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Contention {
+    workers: u32,
+    hold_ms_requested: u64,
+    acquisitions: usize,
+    throughput_per_s: f64,
+    hold: Stats,
+    /// 1 / (mean hold + mean RTT).
+    limit_per_s: f64,
+    ratio_to_limit: f64,
+    handoff_gap: Stats,
+    handoff_gap_p50_in_rtt: f64,
+    wait: Stats,
+    acquisitions_per_worker: Vec<usize>,
+    overlaps: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    backend: String,
+    rtt: Stats,
+    uncontended: Uncontended,
+    contention: Contention,
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+pub async fn run(args: BenchArgs) -> CliResult {
+    let locks = distlock::connect(&args.backend).await?;
+    let mut progress = Progress::new(!args.json);
+    let run_id = format!("{}-{}", std::process::id(), wall_ns());
+
+    // 1. Baseline.
+    let mut rtt_samples = Vec::new();
+    let phase_start = Instant::now();
+    for i in 0..args.rtt_samples {
+        rtt_samples.push(ms(locks.ping().await?));
+        progress.show("round trip (ping)", i + 1, args.rtt_samples);
+        if phase_start.elapsed() > PHASE_TIME_LIMIT {
+            break;
+        }
+    }
+    progress.finish();
+    let rtt = Stats::of(rtt_samples);
+
+    // 2. Uncontended pairs on one name.
+    let mutex = locks.mutex(format!("bench/{run_id}/uncontended"))?;
+    let mut latencies = Vec::new();
+    let phase_start = Instant::now();
+    for i in 0..args.pairs {
+        let start = Instant::now();
+        let guard = mutex.acquire().await?;
+        guard.release().await?;
+        latencies.push(ms(start.elapsed()));
+        progress.show("uncontended acquire+release", i + 1, args.pairs);
+        if phase_start.elapsed() > PHASE_TIME_LIMIT {
+            break;
+        }
+    }
+    let phase_s = phase_start.elapsed().as_secs_f64();
+    progress.finish();
+    let pairs = latencies.len();
+    let pairs_per_s = pairs as f64 / phase_s.max(1e-9);
+    let limit_per_s = 1e3 / (2.0 * rtt.mean_ms).max(1e-9);
+    let uncontended = Uncontended {
+        pairs,
+        pairs_per_s,
+        latency: Stats::of(latencies),
+        limit_per_s,
+        ratio_to_limit: pairs_per_s / limit_per_s,
+    };
+
+    // 3. Contention between worker processes.
+    let name = format!("bench/{run_id}/contended");
+    let duration = Duration::from_secs(args.duration_s);
+    let argument_lists = (0..args.workers)
+        .map(|_| {
+            vec![
+                "bench-worker".to_owned(),
+                "--backend".to_owned(),
+                args.backend.clone(),
+                "--name".to_owned(),
+                name.clone(),
+                "--hold-ms".to_owned(),
+                args.hold_ms.to_string(),
+                "--duration-ms".to_owned(),
+                duration.as_millis().to_string(),
+            ]
+        })
+        .collect();
+    let mut fleet = Fleet::start(argument_lists).await?;
+    fleet.go().await?;
+    let contention_start = Instant::now();
+    let label = format!("{} workers contending", args.workers);
+    let reports = {
+        let collect = fleet.reports::<WorkerReport>(duration + Duration::from_secs(120));
+        tokio::pin!(collect);
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tokio::select! {
+                reports = &mut collect => break reports?,
+                _ = tick.tick() => {
+                    let done = contention_start.elapsed().as_millis().min(duration.as_millis());
+                    progress.show(&label, u64::try_from(done).unwrap_or(0), u64::try_from(duration.as_millis()).unwrap_or(1));
+                }
+            }
+        }
+    };
+    progress.finish();
+    let contention = analyse(&args, &rtt, &reports)?;
+
+    let report = Report {
+        backend: args.backend.clone(),
+        rtt,
+        uncontended,
+        contention,
+    };
+    if let Some(path) = &args.plot {
+        write_plot(path, &report, &reports)?;
+    }
+    if args.json {
+        let line = serde_json::to_string(&report)
+            .map_err(|e| Failure::failed(format!("cannot encode the report: {e}")))?;
+        println!("{line}");
+    } else {
+        print_report(&report);
+    }
+    if report.contention.overlaps > 0 {
+        return Err(Failure::failed(format!(
+            "mutual exclusion violated: {} acquisitions overlapped another holder",
+            report.contention.overlaps
+        )));
+    }
+    Ok(())
+}
+
+fn analyse(args: &BenchArgs, rtt: &Stats, reports: &[WorkerReport]) -> CliResult<Contention> {
+    let mut all: Vec<Interval> = reports
+        .iter()
+        .flat_map(|r| r.intervals.iter().copied())
+        .collect();
+    if all.len() < 2 {
+        return Err(Failure::failed(
+            "the contention phase made fewer than 2 acquisitions; lengthen --duration-s",
+        ));
+    }
+    all.sort_by_key(|i| i.acquired);
+    let ns_to_ms = |ns: u64| ns as f64 / 1e6;
+    let mut overlaps = 0;
+    let mut latest_release = 0;
+    let mut gaps = Vec::with_capacity(all.len());
+    for (index, interval) in all.iter().enumerate() {
+        if index > 0 {
+            if interval.acquired < latest_release {
+                overlaps += 1;
+            } else {
+                gaps.push(ns_to_ms(interval.acquired - all[index - 1].release_start));
+            }
+        }
+        latest_release = latest_release.max(interval.release_start);
+    }
+    let holds: Vec<f64> = all
+        .iter()
+        .map(|i| ns_to_ms(i.release_start.saturating_sub(i.acquired)))
+        .collect();
+    let waits: Vec<f64> = all
+        .iter()
+        .map(|i| ns_to_ms(i.acquired.saturating_sub(i.wait_start)))
+        .collect();
+    let window_ms = ns_to_ms(latest_release.saturating_sub(all[0].acquired));
+    let throughput_per_s = all.len() as f64 / (window_ms / 1e3).max(1e-9);
+    let hold = Stats::of(holds);
+    let limit_per_s = 1e3 / (hold.mean_ms + rtt.mean_ms).max(1e-9);
+    let handoff_gap = Stats::of(gaps);
+    Ok(Contention {
+        workers: args.workers,
+        hold_ms_requested: args.hold_ms,
+        acquisitions: all.len(),
+        throughput_per_s,
+        hold,
+        limit_per_s,
+        ratio_to_limit: throughput_per_s / limit_per_s,
+        handoff_gap_p50_in_rtt: handoff_gap.p50_ms / rtt.mean_ms.max(1e-9),
+        handoff_gap,
+        wait: Stats::of(waits),
+        acquisitions_per_worker: reports.iter().map(|r| r.intervals.len()).collect(),
+        overlaps,
+    })
+}
+
+fn print_report(r: &Report) {
+    let u = &r.uncontended;
+    let c = &r.contention;
+    println!("distlock bench: {}", r.backend);
+    println!();
+    println!(
+        "round trip (ping)            mean {:.3} ms   p50 {:.3} ms   p99 {:.3} ms   ({} samples)",
+        r.rtt.mean_ms, r.rtt.p50_ms, r.rtt.p99_ms, r.rtt.count
+    );
+    println!(
+        "uncontended acquire+release  {:.0} pairs/s   p50 {:.3} ms   p99 {:.3} ms   ({} pairs)",
+        u.pairs_per_s, u.latency.p50_ms, u.latency.p99_ms, u.pairs
+    );
+    println!(
+        "                             {:.0}% of the limit 1/(2*RTT) = {:.0}/s",
+        u.ratio_to_limit * 100.0,
+        u.limit_per_s
+    );
+    println!(
+        "contention                   {} workers, hold {} ms (measured mean {:.3} ms), {} acquisitions",
+        c.workers, c.hold_ms_requested, c.hold.mean_ms, c.acquisitions
+    );
+    println!(
+        "  throughput                 {:.1}/s = {:.0}% of the limit 1/(hold+RTT) = {:.1}/s",
+        c.throughput_per_s,
+        c.ratio_to_limit * 100.0,
+        c.limit_per_s
+    );
+    println!(
+        "  handoff gap                p50 {:.3} ms ({:.1} x RTT)   p99 {:.3} ms   max {:.3} ms",
+        c.handoff_gap.p50_ms, c.handoff_gap_p50_in_rtt, c.handoff_gap.p99_ms, c.handoff_gap.max_ms
+    );
+    println!(
+        "  wait                       p50 {:.3} ms   p99 {:.3} ms   max {:.3} ms",
+        c.wait.p50_ms, c.wait.p99_ms, c.wait.max_ms
+    );
+    let per_worker: Vec<String> = c
+        .acquisitions_per_worker
+        .iter()
+        .map(usize::to_string)
+        .collect();
+    println!("  acquisitions per worker    {}", per_worker.join(" "));
+    println!(
+        "  mutual exclusion           {}",
+        if c.overlaps == 0 {
+            "held (0 overlapping acquisitions)".to_owned()
+        } else {
+            format!("VIOLATED ({} overlapping acquisitions)", c.overlaps)
+        }
+    );
+}
+
+/// Draws the handoff-gap histogram as an SVG file.
+fn write_plot(path: &Path, report: &Report, reports: &[WorkerReport]) -> CliResult {
+    let mut all: Vec<Interval> = reports
+        .iter()
+        .flat_map(|r| r.intervals.iter().copied())
+        .collect();
+    all.sort_by_key(|i| i.acquired);
+    let gaps: Vec<f64> = all
+        .windows(2)
+        .filter(|w| w[1].acquired >= w[0].release_start)
+        .map(|w| (w[1].acquired - w[0].release_start) as f64 / 1e6)
+        .collect();
+    let title = format!(
+        "handoff gap, {} workers, hold {} ms: {}",
+        report.contention.workers, report.contention.hold_ms_requested, report.backend
+    );
+    let svg = histogram_svg(
+        &gaps,
+        &title,
+        report.rtt.mean_ms,
+        &report.contention.handoff_gap,
+    );
+    std::fs::write(path, svg)
+        .map_err(|e| Failure::failed(format!("cannot write {}: {e}", path.display())))
+}
+
+fn escape_xml(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn histogram_svg(gaps_ms: &[f64], title: &str, rtt_ms: f64, stats: &Stats) -> String {
+    const WIDTH: f64 = 720.0;
+    const HEIGHT: f64 = 360.0;
+    const LEFT: f64 = 60.0;
+    const BOTTOM: f64 = 40.0;
+    const TOP: f64 = 40.0;
+    const BINS: usize = 50;
+    let upper = (stats.p99_ms * 1.25).max(stats.p50_ms * 2.0).max(1e-3);
+    let mut counts = [0usize; BINS];
+    for &gap in gaps_ms {
+        let bin = ((gap / upper) * BINS as f64) as usize;
+        counts[bin.min(BINS - 1)] += 1;
+    }
+    let tallest = counts.iter().copied().max().unwrap_or(1).max(1) as f64;
+    let plot_w = WIDTH - LEFT - 20.0;
+    let plot_h = HEIGHT - TOP - BOTTOM;
+    let bar_w = plot_w / BINS as f64;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"{LEFT}\" y=\"22\" font-size=\"14\">{}</text>\n",
+        escape_xml(title)
+    );
+    for (bin, &count) in counts.iter().enumerate() {
+        let h = count as f64 / tallest * plot_h;
+        svg.push_str(&format!(
+            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"#4a7fb5\"/>\n",
+            LEFT + bin as f64 * bar_w,
+            TOP + plot_h - h,
+            (bar_w - 1.0).max(0.5),
+            h
+        ));
+    }
+    let axis_y = TOP + plot_h;
+    svg.push_str(&format!(
+        "<line x1=\"{LEFT}\" y1=\"{axis_y}\" x2=\"{}\" y2=\"{axis_y}\" stroke=\"black\"/>\n\
+         <line x1=\"{LEFT}\" y1=\"{TOP}\" x2=\"{LEFT}\" y2=\"{axis_y}\" stroke=\"black\"/>\n",
+        LEFT + plot_w
+    ));
+    for tick in 0..=5 {
+        let value = upper * f64::from(tick) / 5.0;
+        let x = LEFT + plot_w * f64::from(tick) / 5.0;
+        svg.push_str(&format!(
+            "<text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{value:.2}</text>\n",
+            axis_y + 16.0
+        ));
+    }
+    svg.push_str(&format!(
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">gap from release start to next grant (ms)</text>\n\
+         <text x=\"14\" y=\"{:.1}\" transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">handoffs (max {})</text>\n",
+        LEFT + plot_w / 2.0,
+        HEIGHT - 6.0,
+        TOP + plot_h / 2.0,
+        TOP + plot_h / 2.0,
+        tallest as usize
+    ));
+    for (label, value, colour) in [
+        ("p50", stats.p50_ms, "#d9534f"),
+        ("p99", stats.p99_ms, "#f0ad4e"),
+        ("RTT", rtt_ms, "#5cb85c"),
+    ] {
+        if value <= upper {
+            let x = LEFT + plot_w * value / upper;
+            svg.push_str(&format!(
+                "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{axis_y}\" stroke=\"{colour}\" stroke-dasharray=\"4 3\"/>\n\
+                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\">{label} {value:.3}</text>\n",
+                x + 3.0,
+                TOP + 12.0
+            ));
+        }
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// A worker process: acquire, hold, release, on one name, until the duration ends.
+pub async fn worker(args: WorkerArgs) -> CliResult {
+    let locks = distlock::connect(&args.backend).await?;
+    let mutex = locks.mutex(args.name)?;
+    let hold = Duration::from_millis(args.hold_ms);
+    let duration = Duration::from_millis(args.duration_ms);
+    workers::await_go().await?;
+    let deadline = Instant::now() + duration;
+    let mut intervals = Vec::new();
+    while Instant::now() < deadline {
+        let wait_start = wall_ns();
+        // Waits at most past the end of the run by a grace period, so the loop always ends.
+        let wait = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(10);
+        let guard = match mutex
+            .acquire_with(distlock::AcquireOptions::new().wait(wait))
+            .await
+        {
+            Ok(guard) => guard,
+            Err(error) if error.is_timeout() => break,
+            Err(error) => return Err(error.into()),
+        };
+        let acquired = wall_ns();
+        if !hold.is_zero() {
+            // Tokio's timer rounds up to whole milliseconds (a 1 ms sleep lasts about 2 ms);
+            // the thread sleep is precise to tens of microseconds.
+            tokio::task::block_in_place(|| std::thread::sleep(hold));
+        }
+        let release_start = wall_ns();
+        guard.release().await?;
+        intervals.push(Interval {
+            wait_start,
+            acquired,
+            release_start,
+        });
+    }
+    workers::report(&WorkerReport { intervals })
+}

@@ -1,0 +1,135 @@
+//! Command-line arguments and dispatch.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::failure::CliResult;
+use crate::{bench, demo, operator};
+
+/// Distributed locks: the overselling demo, the lock benchmark, operator commands.
+///
+/// Exit codes: 0 success, 1 the work failed, 2 bad input.
+#[derive(Debug, Parser)]
+#[command(name = "distlock", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Several processes buy from one item's stock at once, under each locking strategy;
+    /// shows which strategies oversell.
+    Demo(DemoArgs),
+    /// Measures a backend: round-trip time, uncontended acquire+release, and contention
+    /// between worker processes, each against its same-run limit.
+    Bench(BenchArgs),
+    /// Tells whether a lock is held.
+    Status(LockArgs),
+    /// Frees a lock whoever holds it (operators only: the holder keeps working until it
+    /// notices, and only fencing tokens stop its writes).
+    ForceUnlock(LockArgs),
+    /// Holds a lock until killed (for cross-process tests).
+    #[command(hide = true)]
+    Hold(HoldArgs),
+    #[command(hide = true)]
+    DemoWorker(demo::WorkerArgs),
+    #[command(hide = true)]
+    BenchWorker(bench::WorkerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Strategy to run (repeatable): none, in-process, table-lock. Default: all.
+    #[arg(long = "strategy", value_name = "NAME")]
+    pub strategies: Vec<String>,
+    /// Worker processes buying at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub workers: u32,
+    /// Concurrent buyers (tasks) in each worker process.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub tasks: u32,
+    /// Units in stock at the start.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub stock: u64,
+    /// Orders of one unit, in total over all workers.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub orders: u64,
+    /// Milliseconds each purchase spends between reading and writing the stock (the
+    /// business logic inside the critical section).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub hold_ms: u64,
+    /// SQLite file for the stock and the table lock. Default: a file in a temporary
+    /// directory, removed afterwards.
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The backend URL, e.g. sqlite:///tmp/bench.db.
+    #[arg(long)]
+    pub backend: String,
+    /// Worker processes contending for one lock.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=128))]
+    pub workers: u32,
+    /// Milliseconds each worker holds the lock per acquisition.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub hold_ms: u64,
+    /// Seconds of contention.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub duration_s: u64,
+    /// Uncontended acquire+release pairs to time.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub pairs: u64,
+    /// Round trips to time for the baseline.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub rtt_samples: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw the handoff-gap distribution into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    /// The backend URL, e.g. sqlite:///var/lib/app/locks.db.
+    #[arg(long)]
+    pub backend: String,
+    /// The lock name.
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// The backend URL.
+    #[arg(long)]
+    pub backend: String,
+    /// The lock name.
+    #[arg(long)]
+    pub name: String,
+    /// The renewed lease, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// Give up holding and exit after this many milliseconds.
+    #[arg(long, default_value_t = 600_000)]
+    pub max_ms: u64,
+}
+
+pub async fn run(cli: Cli) -> CliResult {
+    match cli.command {
+        Command::Demo(args) => demo::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
+        Command::Status(args) => operator::status(args).await,
+        Command::ForceUnlock(args) => operator::force_unlock(args).await,
+        Command::Hold(args) => operator::hold(args).await,
+        Command::DemoWorker(args) => demo::worker(args).await,
+        Command::BenchWorker(args) => bench::worker(args).await,
+    }
+}

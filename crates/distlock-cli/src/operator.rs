@@ -1,0 +1,41 @@
+//! Operator commands, and `hold` for cross-process tests.
+
+use std::time::Duration;
+
+use distlock::ConnectOptions;
+
+use crate::cli::{HoldArgs, LockArgs};
+use crate::failure::{CliResult, Failure};
+
+pub async fn status(args: LockArgs) -> CliResult {
+    let locks = distlock::connect(&args.backend).await?;
+    let locked = locks.is_locked(&args.name).await?;
+    println!("{}", if locked { "locked" } else { "free" });
+    Ok(())
+}
+
+pub async fn force_unlock(args: LockArgs) -> CliResult {
+    let locks = distlock::connect(&args.backend).await?;
+    let freed = locks.force_unlock(&args.name).await?;
+    println!("{}", if freed { "freed" } else { "was not locked" });
+    Ok(())
+}
+
+/// Acquires, prints `{"fencing_token":N}` on one line, and holds until killed, until the lock
+/// is lost (exit 1), or until `--max-ms` (exit 0).
+pub async fn hold(args: HoldArgs) -> CliResult {
+    let options = ConnectOptions::new().lease(Duration::from_millis(args.lease_ms));
+    let locks = distlock::connect_with(&args.backend, options).await?;
+    let guard = locks.mutex(args.name)?.acquire().await?;
+    println!(
+        "{}",
+        serde_json::json!({ "fencing_token": guard.fencing_token() })
+    );
+    tokio::select! {
+        lost = guard.lost() => Err(Failure::failed(lost)),
+        () = tokio::time::sleep(Duration::from_millis(args.max_ms)) => {
+            guard.release().await?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Worker processes for the demo and the benchmark: this same binary, started with a hidden
+//! subcommand. The protocol on the worker's stdio is three lines: the worker prints `ready`
+//! once set up, waits for `go` on stdin (so that all workers start together), and prints one
+//! JSON report when done.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::failure::{CliResult, Failure};
+
+/// How long a worker may take to start and connect.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Fleet {
+    workers: Vec<Worker>,
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Fleet {
+    /// Starts one worker per argument list and waits until every one is ready.
+    pub async fn start(argument_lists: Vec<Vec<String>>) -> CliResult<Self> {
+        let exe = std::env::current_exe()
+            .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
+        let mut workers = Vec::with_capacity(argument_lists.len());
+        for args in argument_lists {
+            let mut child = Command::new(&exe)
+                .args(&args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::inherit())
+                // Only the processes this fleet started are ended, by their own handles.
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| Failure::failed(format!("cannot start a worker process: {e}")))?;
+            let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+                return Err(Failure::failed("a worker process has no stdio pipes"));
+            };
+            workers.push(Worker {
+                child,
+                stdin,
+                stdout: BufReader::new(stdout).lines(),
+            });
+        }
+        for (index, worker) in workers.iter_mut().enumerate() {
+            let line = tokio::time::timeout(READY_TIMEOUT, worker.stdout.next_line())
+                .await
+                .map_err(|_| Failure::failed(format!("worker {index} did not get ready")))??;
+            if line.as_deref() != Some("ready") {
+                return Err(Failure::failed(format!(
+                    "worker {index} failed to start (it said {line:?}; see its error above)"
+                )));
+            }
+        }
+        Ok(Fleet { workers })
+    }
+
+    /// Tells every worker to start.
+    pub async fn go(&mut self) -> CliResult {
+        for worker in &mut self.workers {
+            worker.stdin.write_all(b"go\n").await?;
+            worker.stdin.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Reads every worker's report and waits for it to exit.
+    pub async fn reports<T: DeserializeOwned>(mut self, timeout: Duration) -> CliResult<Vec<T>> {
+        let mut reports = Vec::with_capacity(self.workers.len());
+        for (index, worker) in self.workers.iter_mut().enumerate() {
+            let line = tokio::time::timeout(timeout, worker.stdout.next_line())
+                .await
+                .map_err(|_| {
+                    Failure::failed(format!("worker {index} did not finish in {timeout:?}"))
+                })??
+                .ok_or_else(|| {
+                    Failure::failed(format!("worker {index} exited without a report"))
+                })?;
+            let report = serde_json::from_str(&line).map_err(|e| {
+                Failure::failed(format!("worker {index} sent a bad report ({e}): {line}"))
+            })?;
+            reports.push(report);
+            let status = worker.child.wait().await?;
+            if !status.success() {
+                return Err(Failure::failed(format!(
+                    "worker {index} exited with {status}"
+                )));
+            }
+        }
+        Ok(reports)
+    }
+}
+
+/// The worker's side of the handshake: say `ready`, then wait for `go`.
+pub async fn await_go() -> CliResult {
+    println!("ready");
+    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+    match stdin.next_line().await? {
+        Some(line) if line == "go" => Ok(()),
+        other => Err(Failure::failed(format!(
+            "expected go on stdin, got {other:?}"
+        ))),
+    }
+}
+
+/// Prints the worker's report as one JSON line.
+pub fn report<T: serde::Serialize>(report: &T) -> CliResult {
+    let line = serde_json::to_string(report)
+        .map_err(|e| Failure::failed(format!("cannot encode the report: {e}")))?;
+    println!("{line}");
+    Ok(())
+}

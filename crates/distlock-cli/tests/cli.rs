@@ -1,0 +1,260 @@
+//! The `distlock` binary end to end: the demo, the benchmark, operator commands, bad input,
+//! and holders in other processes killed with SIGKILL.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use distlock::AcquireOptions;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+fn distlock(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("run the distlock binary")
+}
+
+fn stdout_json(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "distlock failed: {}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON on stdout")
+}
+
+/// Starts `distlock hold` and returns it with the fencing token it printed.
+fn spawn_holder(url: &str, name: &str, lease_ms: u64) -> (Child, u64) {
+    let mut child = Command::new(BIN)
+        .args([
+            "hold",
+            "--backend",
+            url,
+            "--name",
+            name,
+            "--lease-ms",
+            &lease_ms.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start distlock hold");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the holder's line");
+    let token: Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("holder printed {line:?}: {e}"));
+    (
+        child,
+        token["fencing_token"].as_u64().expect("fencing_token"),
+    )
+}
+
+fn sqlite_url(dir: &Path) -> String {
+    format!("sqlite://{}", dir.join("locks.db").display())
+}
+
+#[test]
+fn demo_oversells_without_a_lock_and_is_exact_with_the_table_lock() {
+    let output = distlock(&["demo", "--json", "--stock", "30", "--orders", "120"]);
+    let report = stdout_json(&output);
+    let results = report["results"].as_array().expect("results");
+    let row = |name: &str| {
+        results
+            .iter()
+            .find(|r| r["strategy"] == name)
+            .unwrap_or_else(|| panic!("no {name} row in {report}"))
+    };
+    for broken in ["none", "in-process"] {
+        let r = row(broken);
+        assert_eq!(r["exact"], false, "{broken} was exact: {r}");
+        let damage = r["oversold"].as_u64().unwrap() as i64 + r["lost_updates"].as_i64().unwrap();
+        assert!(damage > 0, "{broken}: {r}");
+    }
+    let r = row("table-lock");
+    assert_eq!(r["exact"], true, "{r}");
+    assert_eq!(r["accepted"], 30);
+    assert_eq!(r["final_stock"], 0);
+    assert_eq!(r["refused"], 90);
+}
+
+#[test]
+fn demo_runs_one_strategy_on_a_given_db() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shop.db");
+    let output = distlock(&[
+        "demo",
+        "--json",
+        "--strategy",
+        "table-lock",
+        "--db",
+        db.to_str().unwrap(),
+        "--stock",
+        "12",
+        "--orders",
+        "20",
+        "--workers",
+        "2",
+        "--tasks",
+        "2",
+    ]);
+    let report = stdout_json(&output);
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["final_stock"], 0);
+    assert_eq!(results[0]["accepted"], 12);
+    assert!(db.exists());
+}
+
+#[test]
+fn bench_reports_every_figure_and_draws_the_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let plot = dir.path().join("gap.svg");
+    let output = distlock(&[
+        "bench",
+        "--backend",
+        &url,
+        "--json",
+        "--workers",
+        "3",
+        "--duration-s",
+        "1",
+        "--pairs",
+        "50",
+        "--rtt-samples",
+        "50",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    let report = stdout_json(&output);
+    assert!(report["rtt"]["mean_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["uncontended"]["pairs"], 50);
+    assert!(report["uncontended"]["ratio_to_limit"].as_f64().unwrap() > 0.0);
+    let contention = &report["contention"];
+    assert_eq!(contention["overlaps"], 0, "{contention}");
+    assert!(contention["acquisitions"].as_u64().unwrap() >= 2);
+    assert_eq!(
+        contention["acquisitions_per_worker"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert!(contention["handoff_gap"]["p50_ms"].as_f64().unwrap() > 0.0);
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("<rect"), "{svg}");
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let cases: &[&[&str]] = &[
+        &["status", "--backend", "nope://x", "a"],
+        &["status", "--backend", "no-scheme", "a"],
+        &["status", "--backend", "sqlite:///no/such/dir/x.db", "a"],
+        &["status", "--backend", &url, ""],
+        &[
+            "bench",
+            "--backend",
+            "redis://127.0.0.1",
+            "--duration-s",
+            "1",
+        ],
+        &["demo", "--workers", "0"],
+        &["demo", "--strategy", "bogus"],
+        &["demo", "--db", "/no/such/dir/x.db"],
+        &["hold", "--backend", &url, "--name", "x", "--lease-ms", "0"],
+        &["bench", "--backend", &url, "--hold-ms", "-1"],
+    ];
+    for args in cases {
+        let output = distlock(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("error"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn operator_commands_see_and_free_a_lock_held_by_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let (mut holder, _token) = spawn_holder(&url, "orders/42", 300);
+    let status = distlock(&["status", "--backend", &url, "orders/42"]);
+    assert_eq!(String::from_utf8_lossy(&status.stdout).trim(), "locked");
+    let freed = distlock(&["force-unlock", "--backend", &url, "orders/42"]);
+    assert_eq!(String::from_utf8_lossy(&freed.stdout).trim(), "freed");
+    // The holder notices at its next renewal and exits 1 with a lock-lost message.
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "holder did not notice the loss"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("lost"), "{stderr}");
+}
+
+/// The backends whose locks other processes can hold, listed once.
+macro_rules! cross_process_suite {
+    ($($backend:ident => $url:expr;)*) => {$(
+        mod $backend {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn killed_holder_frees_its_lock_within_its_lease() {
+                let (url, _keep) = $url;
+                killed_holder_frees_its_lock(&url).await;
+            }
+        }
+    )*};
+}
+
+cross_process_suite! {
+    sqlite => {
+        let dir = tempfile::tempdir().unwrap();
+        (sqlite_url(dir.path()), dir)
+    };
+}
+
+async fn killed_holder_frees_its_lock(url: &str) {
+    let lease = Duration::from_millis(1000);
+    let name = format!("killed/{}", std::process::id());
+    let (mut holder, token) = spawn_holder(url, &name, lease.as_millis() as u64);
+    let locks = distlock::connect(url).await.unwrap();
+    assert!(locks.is_locked(&name).await.unwrap());
+    let mutex = locks.mutex(name.as_str()).unwrap();
+    assert!(
+        mutex.try_acquire().await.unwrap().is_none(),
+        "granted while another process holds it"
+    );
+    holder.kill().expect("SIGKILL the holder");
+    let killed_at = Instant::now();
+    holder.wait().unwrap();
+    let guard = mutex
+        .acquire_with(AcquireOptions::new().wait(lease * 5))
+        .await
+        .expect("the killed holder's lock never freed");
+    let freed_after = killed_at.elapsed();
+    assert!(
+        freed_after <= lease + Duration::from_millis(500),
+        "freed after {freed_after:?}"
+    );
+    assert!(guard.fencing_token() > token);
+    guard.release().await.unwrap();
+}
