@@ -5,8 +5,10 @@
 //! misbehaves. [`conformance_suite!`](crate::conformance_suite) makes one `#[tokio::test]`
 //! per case for a backend, so a failure names backend and case:
 //!
-//! ```ignore
+//! ```no_run
+//! // In tests/conformance.rs of a backend crate:
 //! distlock::conformance_suite!(memory, distlock::conformance::Target::new("memory://suite"));
+//! # fn main() {}
 //! ```
 //!
 //! Cross-process cases (a holder killed with SIGKILL) need the `distlock` binary and live in
