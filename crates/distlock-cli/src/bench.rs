@@ -103,8 +103,14 @@ struct Contention {
     /// 1 / (mean hold + mean RTT).
     limit_per_s: f64,
     ratio_to_limit: f64,
+    /// Release start to the next grant, whoever got it.
     handoff_gap: Stats,
     handoff_gap_p50_in_rtt: f64,
+    /// Release start to the next grant when another worker got it: the wake-up latency.
+    handoff_gap_to_other: Stats,
+    handoff_gap_to_other_p50_in_rtt: f64,
+    /// Share of grants that went straight back to the worker that had just released.
+    same_worker_share: f64,
     wait: Stats,
     acquisitions_per_worker: Vec<usize>,
     overlaps: usize,
@@ -237,44 +243,62 @@ pub async fn run(args: BenchArgs) -> CliResult {
     Ok(())
 }
 
-fn analyse(args: &BenchArgs, rtt: &Stats, reports: &[WorkerReport]) -> CliResult<Contention> {
-    let mut all: Vec<Interval> = reports
+/// Every worker's intervals with the worker's index, in the order of their grants.
+fn merged(reports: &[WorkerReport]) -> Vec<(usize, Interval)> {
+    let mut all: Vec<(usize, Interval)> = reports
         .iter()
-        .flat_map(|r| r.intervals.iter().copied())
+        .enumerate()
+        .flat_map(|(worker, r)| r.intervals.iter().map(move |i| (worker, *i)))
         .collect();
+    all.sort_by_key(|(_, i)| i.acquired);
+    all
+}
+
+/// Handoff gaps in ms: release start to the next grant, for consecutive grants that do not
+/// overlap. `to_other` keeps only handoffs to a different worker.
+fn handoff_gaps(all: &[(usize, Interval)], to_other: bool) -> Vec<f64> {
+    all.windows(2)
+        .filter(|w| w[1].1.acquired >= w[0].1.release_start && (!to_other || w[0].0 != w[1].0))
+        .map(|w| ns_to_ms(w[1].1.acquired - w[0].1.release_start))
+        .collect()
+}
+
+fn ns_to_ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn analyse(args: &BenchArgs, rtt: &Stats, reports: &[WorkerReport]) -> CliResult<Contention> {
+    let all = merged(reports);
     if all.len() < 2 {
         return Err(Failure::failed(
             "the contention phase made fewer than 2 acquisitions; lengthen --duration-s",
         ));
     }
-    all.sort_by_key(|i| i.acquired);
-    let ns_to_ms = |ns: u64| ns as f64 / 1e6;
+    // Sorted by grant time, a grant before the latest release start so far overlaps a holder.
     let mut overlaps = 0;
     let mut latest_release = 0;
-    let mut gaps = Vec::with_capacity(all.len());
-    for (index, interval) in all.iter().enumerate() {
-        if index > 0 {
-            if interval.acquired < latest_release {
-                overlaps += 1;
-            } else {
-                gaps.push(ns_to_ms(interval.acquired - all[index - 1].release_start));
-            }
+    for (_, interval) in &all {
+        if interval.acquired < latest_release {
+            overlaps += 1;
         }
         latest_release = latest_release.max(interval.release_start);
     }
+    let same_worker = all.windows(2).filter(|w| w[0].0 == w[1].0).count();
     let holds: Vec<f64> = all
         .iter()
-        .map(|i| ns_to_ms(i.release_start.saturating_sub(i.acquired)))
+        .map(|(_, i)| ns_to_ms(i.release_start.saturating_sub(i.acquired)))
         .collect();
     let waits: Vec<f64> = all
         .iter()
-        .map(|i| ns_to_ms(i.acquired.saturating_sub(i.wait_start)))
+        .map(|(_, i)| ns_to_ms(i.acquired.saturating_sub(i.wait_start)))
         .collect();
-    let window_ms = ns_to_ms(latest_release.saturating_sub(all[0].acquired));
+    let window_ms = ns_to_ms(latest_release.saturating_sub(all[0].1.acquired));
     let throughput_per_s = all.len() as f64 / (window_ms / 1e3).max(1e-9);
     let hold = Stats::of(holds);
     let limit_per_s = 1e3 / (hold.mean_ms + rtt.mean_ms).max(1e-9);
-    let handoff_gap = Stats::of(gaps);
+    let handoff_gap = Stats::of(handoff_gaps(&all, false));
+    let handoff_gap_to_other = Stats::of(handoff_gaps(&all, true));
+    let in_rtt = |gap_ms: f64| gap_ms / rtt.mean_ms.max(1e-9);
     Ok(Contention {
         workers: args.workers,
         hold_ms_requested: args.hold_ms,
@@ -283,8 +307,11 @@ fn analyse(args: &BenchArgs, rtt: &Stats, reports: &[WorkerReport]) -> CliResult
         hold,
         limit_per_s,
         ratio_to_limit: throughput_per_s / limit_per_s,
-        handoff_gap_p50_in_rtt: handoff_gap.p50_ms / rtt.mean_ms.max(1e-9),
+        handoff_gap_p50_in_rtt: in_rtt(handoff_gap.p50_ms),
         handoff_gap,
+        handoff_gap_to_other_p50_in_rtt: in_rtt(handoff_gap_to_other.p50_ms),
+        handoff_gap_to_other,
+        same_worker_share: same_worker as f64 / (all.len() - 1) as f64,
         wait: Stats::of(waits),
         acquisitions_per_worker: reports.iter().map(|r| r.intervals.len()).collect(),
         overlaps,
@@ -324,6 +351,14 @@ fn print_report(r: &Report) {
         c.handoff_gap.p50_ms, c.handoff_gap_p50_in_rtt, c.handoff_gap.p99_ms, c.handoff_gap.max_ms
     );
     println!(
+        "  handoff to another worker  p50 {:.3} ms ({:.1} x RTT)   p99 {:.3} ms   ({} handoffs; {:.0}% of grants went back to the releaser)",
+        c.handoff_gap_to_other.p50_ms,
+        c.handoff_gap_to_other_p50_in_rtt,
+        c.handoff_gap_to_other.p99_ms,
+        c.handoff_gap_to_other.count,
+        c.same_worker_share * 100.0
+    );
+    println!(
         "  wait                       p50 {:.3} ms   p99 {:.3} ms   max {:.3} ms",
         c.wait.p50_ms, c.wait.p99_ms, c.wait.max_ms
     );
@@ -345,16 +380,7 @@ fn print_report(r: &Report) {
 
 /// Draws the handoff-gap histogram as an SVG file.
 fn write_plot(path: &Path, report: &Report, reports: &[WorkerReport]) -> CliResult {
-    let mut all: Vec<Interval> = reports
-        .iter()
-        .flat_map(|r| r.intervals.iter().copied())
-        .collect();
-    all.sort_by_key(|i| i.acquired);
-    let gaps: Vec<f64> = all
-        .windows(2)
-        .filter(|w| w[1].acquired >= w[0].release_start)
-        .map(|w| (w[1].acquired - w[0].release_start) as f64 / 1e6)
-        .collect();
+    let gaps = handoff_gaps(&merged(reports), false);
     let title = format!(
         "handoff gap, {} workers, hold {} ms: {}",
         report.contention.workers, report.contention.hold_ms_requested, report.backend

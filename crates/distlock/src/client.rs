@@ -112,7 +112,7 @@ impl Locks {
                 client_id: uuid::Uuid::new_v4().simple().to_string(),
                 next_holder: AtomicU64::new(1),
                 options,
-                registry: StdMutex::new(HashMap::new()),
+                registry: StdMutex::new(Registry::default()),
                 keeper_wake,
                 keeper_started: AtomicBool::new(false),
                 renewal_calls: AtomicU64::new(0),
@@ -224,6 +224,14 @@ impl Grant {
     }
 }
 
+/// The locks this client holds, and when the keeper plans to wake next.
+#[derive(Default)]
+struct Registry {
+    slots: HashMap<(LockName, Owner), Slot>,
+    /// `None` while the keeper sleeps with nothing to do (or has not started).
+    keeper_wakes_at: Option<Instant>,
+}
+
 /// One held lock of this client (all reentrant guards of one grant share it).
 struct Slot {
     grant: Arc<Grant>,
@@ -239,7 +247,7 @@ pub(crate) struct ClientInner {
     pub(crate) client_id: String,
     next_holder: AtomicU64,
     pub(crate) options: ConnectOptions,
-    registry: StdMutex<HashMap<(LockName, Owner), Slot>>,
+    registry: StdMutex<Registry>,
     keeper_wake: Arc<Notify>,
     keeper_started: AtomicBool,
     renewal_calls: AtomicU64,
@@ -258,7 +266,7 @@ impl ClientInner {
         Owner::new(&self.client_id, holder)
     }
 
-    fn registry(&self) -> std::sync::MutexGuard<'_, HashMap<(LockName, Owner), Slot>> {
+    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         // A panic while holding this lock cannot leave the map inconsistent (every update is
         // a single insert or field write), so a poisoned lock is still usable.
         self.registry
@@ -276,10 +284,18 @@ impl ClientInner {
         renew: bool,
         deadline: Instant,
     ) -> Arc<Grant> {
-        let grant = {
+        let (grant, wake_keeper) = {
             let mut registry = self.registry();
             let key = (name.clone(), owner.clone());
-            match registry.get_mut(&key) {
+            // The keeper must wake by the first renewal of a renewed lock, or by the deadline
+            // of a fixed lease; it need not be disturbed when it already plans to.
+            let needed_by = if renew {
+                Instant::now() + self.options.lease / 3
+            } else {
+                deadline
+            };
+            let wake_keeper = registry.keeper_wakes_at.is_none_or(|at| at > needed_by);
+            let grant = match registry.slots.get_mut(&key) {
                 Some(slot) if !fresh && slot.grant.lost_reason().is_none() => {
                     slot.guards += 1;
                     slot.renew |= renew;
@@ -292,7 +308,7 @@ impl ClientInner {
                             .mark_lost(name, "the lease ran out and the lock was granted anew");
                     }
                     let grant = Grant::new();
-                    registry.insert(
+                    registry.slots.insert(
                         key,
                         Slot {
                             grant: grant.clone(),
@@ -303,10 +319,13 @@ impl ClientInner {
                     );
                     grant
                 }
-            }
+            };
+            (grant, wake_keeper)
         };
-        self.start_keeper();
-        self.keeper_wake.notify_one();
+        if wake_keeper {
+            self.start_keeper();
+            self.keeper_wake.notify_one();
+        }
         grant
     }
 
@@ -315,11 +334,11 @@ impl ClientInner {
     pub(crate) fn unregister(&self, name: &LockName, owner: &Owner, grant: &Arc<Grant>) -> bool {
         let mut registry = self.registry();
         let key = (name.clone(), owner.clone());
-        match registry.get_mut(&key) {
+        match registry.slots.get_mut(&key) {
             Some(slot) if Arc::ptr_eq(&slot.grant, grant) => {
                 slot.guards = slot.guards.saturating_sub(1);
                 if slot.guards == 0 {
-                    registry.remove(&key);
+                    registry.slots.remove(&key);
                 }
                 true
             }
@@ -336,7 +355,7 @@ impl ClientInner {
         deadline: Instant,
     ) {
         let mut registry = self.registry();
-        if let Some(slot) = registry.get_mut(&(name.clone(), owner.clone()))
+        if let Some(slot) = registry.slots.get_mut(&(name.clone(), owner.clone()))
             && Arc::ptr_eq(&slot.grant, grant)
         {
             slot.renew = false;
@@ -375,30 +394,34 @@ async fn keeper(client: Weak<ClientInner>, wake: Arc<Notify>) {
             next_renewal = None;
         }
 
-        // Sleep until the next renewal or the earliest lease deadline, whichever is first.
-        let (renewing, earliest_deadline) = {
-            let registry = inner.registry();
-            let live = registry
-                .values()
-                .filter(|slot| slot.grant.lost_reason().is_none());
+        // Sleep until the next renewal or the earliest lease deadline, whichever is first,
+        // and publish that time so that `register` wakes the keeper only when a new lock needs
+        // it sooner. Computed and published under one lock: a registration either is seen
+        // here or sees the published time.
+        let wake_at = {
+            let mut registry = inner.registry();
             let mut renewing = false;
-            let mut earliest: Option<Instant> = None;
-            for slot in live {
-                renewing |= slot.renew;
-                earliest = Some(earliest.map_or(slot.deadline, |e| e.min(slot.deadline)));
+            let mut earliest_deadline: Option<Instant> = None;
+            for slot in registry.slots.values() {
+                if slot.grant.lost_reason().is_none() {
+                    renewing |= slot.renew;
+                    earliest_deadline =
+                        Some(earliest_deadline.map_or(slot.deadline, |e| e.min(slot.deadline)));
+                }
             }
-            (renewing, earliest)
+            next_renewal = match (renewing, next_renewal) {
+                (false, _) => None,
+                (true, None) => Some(Instant::now() + interval),
+                (true, planned) => planned,
+            };
+            let wake_at = [next_renewal, earliest_deadline]
+                .into_iter()
+                .flatten()
+                .min();
+            registry.keeper_wakes_at = wake_at;
+            wake_at
         };
-        if renewing && next_renewal.is_none() {
-            next_renewal = Some(Instant::now() + interval);
-        }
-        if !renewing {
-            next_renewal = None;
-        }
-        let wake_at = [next_renewal, earliest_deadline]
-            .into_iter()
-            .flatten()
-            .min();
+        // A registration after the lock above stores a permit that completes this at once.
         let notified = wake.notified();
         drop(inner);
         match wake_at {
@@ -415,7 +438,7 @@ async fn keeper(client: Weak<ClientInner>, wake: Arc<Notify>) {
 
 fn expire_overdue(inner: &ClientInner, now: Instant) {
     let registry = inner.registry();
-    for ((name, _), slot) in registry.iter() {
+    for ((name, _), slot) in registry.slots.iter() {
         if slot.deadline <= now && slot.grant.lost_reason().is_none() {
             let reason = if slot.renew {
                 "the lease ran out before a renewal succeeded"
@@ -432,6 +455,7 @@ async fn renew_all(inner: &ClientInner) {
     let batch: Vec<((LockName, Owner), Arc<Grant>)> = {
         let registry = inner.registry();
         registry
+            .slots
             .iter()
             .filter(|(_, slot)| slot.renew && slot.grant.lost_reason().is_none())
             .map(|(key, slot)| (key.clone(), slot.grant.clone()))
@@ -451,7 +475,7 @@ async fn renew_all(inner: &ClientInner) {
                 let mut registry = inner.registry();
                 for ((key, grant), still_held) in chunk.iter().zip(renewed) {
                     if still_held {
-                        if let Some(slot) = registry.get_mut(key)
+                        if let Some(slot) = registry.slots.get_mut(key)
                             && Arc::ptr_eq(&slot.grant, grant)
                             && slot.renew
                         {

@@ -15,8 +15,10 @@
 //! the CLI crate's tests.
 
 use std::any::Any;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -483,7 +485,8 @@ pub async fn bad_durations_are_rejected(url: &str) {
     guard.release().await.unwrap();
 }
 
-/// Acquire futures dropped while waiting, or at random points in flight, leave no lock held.
+/// Acquire futures dropped while waiting, or in the middle of a request (after 1, 2 or 3
+/// polls), leave no lock held: a grant that lands after the drop is released.
 pub async fn cancelled_acquire_leaves_nothing(url: &str) {
     let name = unique("cancel");
     let locks = client(url).await;
@@ -492,13 +495,27 @@ pub async fn cancelled_acquire_leaves_nothing(url: &str) {
     let cancelled = tokio::time::timeout(Duration::from_millis(100), waiter.acquire()).await;
     assert!(cancelled.is_err(), "the waiter got a held lock");
     holder.release().await.unwrap();
-    for i in 0..30u64 {
+    let mut cut_mid_request = 0;
+    for polls in [1, 2, 3].into_iter().cycle().take(30) {
         let mutex = locks.mutex(name.as_str()).unwrap();
-        let cut = Duration::from_micros(i * 37 % 700);
-        if let Ok(result) = tokio::time::timeout(cut, mutex.acquire()).await {
-            result.unwrap().release().await.unwrap();
+        let mut acquire = Box::pin(mutex.acquire());
+        let mut granted = None;
+        for _ in 0..polls {
+            let step = std::future::poll_fn(|cx| Poll::Ready(acquire.as_mut().poll(cx))).await;
+            if let Poll::Ready(result) = step {
+                granted = Some(result.expect("acquire"));
+                break;
+            }
+        }
+        match granted {
+            Some(guard) => guard.release().await.unwrap(),
+            None => {
+                cut_mid_request += 1;
+                drop(acquire);
+            }
         }
     }
+    tracing::debug!(cut_mid_request, "acquires dropped mid-request");
     let other = client(url).await;
     let guard = other
         .mutex(name.as_str())

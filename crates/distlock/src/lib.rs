@@ -67,6 +67,7 @@ mod client;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;
+mod finish;
 pub mod memory;
 mod mutex;
 mod name;

@@ -4,13 +4,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::{Acquired, Extended, Owner, ReleaseWaiter, Released};
 use crate::client::{ClientInner, Grant, MAX_DURATION, validate_lease};
 use crate::error::{Error, Result};
+use crate::finish::FinishOnDrop;
 use crate::name::LockName;
 
 /// How to acquire: how long to wait, and whether to hold with a fixed lease.
@@ -232,34 +233,29 @@ async fn acquire_loop(
     }
 }
 
-/// One attempt, run in its own task so that a caller who drops the acquire future while
-/// the request is in flight cannot leak a grant: the task releases what was granted.
+/// One attempt. If the caller drops the acquire future while the request is in flight, the
+/// request finishes in the background and a grant it made is released.
 async fn attempt(
     client: &ClientInner,
     name: &LockName,
     owner: &Owner,
     lease: Duration,
 ) -> Result<Acquired> {
-    let (reply, answer) = oneshot::channel();
     let backend = client.backend.clone();
-    let name = name.clone();
-    let owner = owner.clone();
-    tokio::spawn(async move {
-        let result = backend.try_acquire(&name, &owner, lease).await;
-        if let Err(Ok(Acquired::Granted { .. })) = reply.send(result) {
+    let (name, owner) = (name.clone(), owner.clone());
+    let request = {
+        let (backend, name, owner) = (backend.clone(), name.clone(), owner.clone());
+        async move { backend.try_acquire(&name, &owner, lease).await }
+    };
+    FinishOnDrop::new(request, move |result| async move {
+        if let Ok(Acquired::Granted { .. }) = result {
             tracing::debug!(lock = %name, "acquire cancelled after the grant; releasing it");
             if let Err(error) = backend.release(&name, &owner).await {
                 tracing::warn!(lock = %name, %error, "could not undo a cancelled grant; it frees when its lease ends");
             }
         }
-    });
-    answer.await.map_err(|_| {
-        Error::backend(
-            client.backend.scheme(),
-            "acquire",
-            "the acquire task ended without an answer (the runtime is shutting down)",
-        )
-    })?
+    })
+    .await
 }
 
 /// An explicit owner identity for reentrant locking, made by
@@ -517,8 +513,7 @@ impl Guard {
     /// - [`Error::Backend`] when the request failed; the lock then frees when its lease ends.
     ///
     /// # Cancel safety
-    /// Cancel safe: the release runs in its own task and completes even if this future is
-    /// dropped.
+    /// Cancel safe: if this future is dropped, the release completes in the background.
     pub async fn release(mut self) -> Result<()> {
         let Some(state) = self.state.take() else {
             return Ok(());
@@ -526,14 +521,14 @@ impl Guard {
         let Some(release) = state.begin_release() else {
             return Err(state.lost_error());
         };
-        // In a task of its own, so that dropping this future does not stop the release.
-        let outcome = tokio::spawn(release).await.map_err(|_| {
-            Error::backend(
-                state.client.backend.scheme(),
-                "release",
-                "the release task ended without an answer (the runtime is shutting down)",
-            )
-        })??;
+        // If this future is dropped, the release still finishes in the background.
+        let name = state.name.clone();
+        let outcome = FinishOnDrop::new(release, move |result| async move {
+            if let Err(error) = result {
+                tracing::warn!(lock = %name, %error, "release failed; the lock frees when its lease ends");
+            }
+        })
+        .await?;
         match outcome {
             Released::Released { remaining_holds } => {
                 tracing::debug!(lock = %state.name, fencing_token = state.fencing_token, remaining_holds, "released");

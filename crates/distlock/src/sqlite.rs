@@ -206,13 +206,30 @@ fn live_row(
     name: &str,
     now: i64,
 ) -> rusqlite::Result<Option<(String, i64, i64, i64)>> {
-    conn.query_row(
+    query_row(
+        conn,
         "SELECT owner, holds, fencing_token, expires_at_ms FROM distlock_locks
          WHERE name = ?1 AND expires_at_ms > ?2",
         params![name, now],
         |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
     )
     .optional()
+}
+
+/// Runs a statement through the connection's statement cache (parsing SQL costs more than
+/// running these statements).
+fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
+}
+
+/// Reads one row through the statement cache.
+fn query_row<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    row: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    conn.prepare_cached(sql)?.query_row(params, row)
 }
 
 #[async_trait]
@@ -222,7 +239,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn ping(&self) -> Result<()> {
-        self.run("ping", |conn| conn.query_row("SELECT 1", [], |_| Ok(())))
+        self.run("ping", |conn| query_row(conn, "SELECT 1", [], |_| Ok(())))
             .await
     }
 
@@ -245,7 +262,8 @@ impl Backend for SqliteBackend {
                     )),
                 },
                 Some((_, holds, token, _)) => {
-                    tx.execute(
+                    execute(
+                        &tx,
                         "UPDATE distlock_locks
                          SET holds = holds + 1, expires_at_ms = MAX(expires_at_ms, ?2)
                          WHERE name = ?1",
@@ -258,15 +276,17 @@ impl Backend for SqliteBackend {
                 }
                 None => {
                     // Free, or an expired row that is taken over in this transaction.
-                    tx.execute("DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
-                    let token: i64 = tx.query_row(
+                    execute(&tx, "DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
+                    let token: i64 = query_row(
+                        &tx,
                         "INSERT INTO distlock_fencing (name, last_token) VALUES (?1, 1)
                          ON CONFLICT (name) DO UPDATE SET last_token = last_token + 1
                          RETURNING last_token",
                         [&name],
                         |row| row.get(0),
                     )?;
-                    tx.execute(
+                    execute(
+                        &tx,
                         "INSERT INTO distlock_locks
                          (name, owner, holds, fencing_token, lease_ms, created_at_ms, expires_at_ms)
                          VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6)",
@@ -308,7 +328,8 @@ impl Backend for SqliteBackend {
                 None => Released::NotHeld,
                 Some((holder, _, _, _)) if holder != owner => Released::HeldByOther,
                 Some((_, holds, _, _)) if holds > 1 => {
-                    tx.execute(
+                    execute(
+                        &tx,
                         "UPDATE distlock_locks SET holds = holds - 1 WHERE name = ?1",
                         [&name],
                     )?;
@@ -317,7 +338,8 @@ impl Backend for SqliteBackend {
                     }
                 }
                 Some(_) => {
-                    tx.execute(
+                    execute(
+                        &tx,
                         "DELETE FROM distlock_locks WHERE name = ?1 AND owner = ?2",
                         [&name, &owner],
                     )?;
@@ -341,7 +363,8 @@ impl Backend for SqliteBackend {
                 None => Extended::NotHeld,
                 Some((holder, _, _, _)) if holder != owner => Extended::HeldByOther,
                 Some(_) => {
-                    tx.execute(
+                    execute(
+                        &tx,
                         "UPDATE distlock_locks SET expires_at_ms = ?2, lease_ms = ?3
                          WHERE name = ?1",
                         params![name, now.saturating_add(lease_ms), lease_ms],
@@ -407,7 +430,7 @@ impl Backend for SqliteBackend {
         self.run("force unlock", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let was_held = live_row(&tx, &name, now_ms())?.is_some();
-            tx.execute("DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
+            execute(&tx, "DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
             tx.commit()?;
             Ok(was_held)
         })
