@@ -450,7 +450,7 @@ fn histogram_svg(gaps_ms: &[f64], title: &str, rtt_ms: f64, stats: &Stats) -> St
         ));
     }
     svg.push_str(&format!(
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">gap from release start to next grant (ms)</text>\n\
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">gap from release start to next grant (ms); the last bar holds all longer gaps</text>\n\
          <text x=\"14\" y=\"{:.1}\" transform=\"rotate(-90 14 {:.1})\" text-anchor=\"middle\">handoffs (max {})</text>\n",
         LEFT + plot_w / 2.0,
         HEIGHT - 6.0,
@@ -458,18 +458,19 @@ fn histogram_svg(gaps_ms: &[f64], title: &str, rtt_ms: f64, stats: &Stats) -> St
         TOP + plot_h / 2.0,
         tallest as usize
     ));
-    for (label, value, colour) in [
+    let markers = [
+        ("RTT", rtt_ms, "#5cb85c"),
         ("p50", stats.p50_ms, "#d9534f"),
         ("p99", stats.p99_ms, "#f0ad4e"),
-        ("RTT", rtt_ms, "#5cb85c"),
-    ] {
+    ];
+    for (row, (label, value, colour)) in markers.into_iter().enumerate() {
         if value <= upper {
             let x = LEFT + plot_w * value / upper;
             svg.push_str(&format!(
                 "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{axis_y}\" stroke=\"{colour}\" stroke-dasharray=\"4 3\"/>\n\
-                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\">{label} {value:.3}</text>\n",
+                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"{colour}\">{label} {value:.3} ms</text>\n",
                 x + 3.0,
-                TOP + 12.0
+                TOP + 12.0 + 14.0 * row as f64
             ));
         }
     }

@@ -179,3 +179,8 @@ mod tests {
 
     use std::time::Duration;
 }
+
+/// The README's examples, compiled and run as doc tests so that the README stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
