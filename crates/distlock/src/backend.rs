@@ -59,10 +59,11 @@ pub enum Acquired {
         /// The owner's hold count after this acquisition (1 for a fresh grant).
         holds: u32,
     },
-    /// Someone else holds the lock.
+    /// Someone else holds the lock, or (in a fair backend) it is free but reserved for a
+    /// waiter queued earlier.
     Held {
         /// How long the current holder's lease still runs, when the backend knows it. A waiter
-        /// retries at the latest when it runs out.
+        /// retries at the latest when it runs out; `None` leaves the timing to the waiter.
         ttl: Option<Duration>,
     },
 }
@@ -114,9 +115,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         lease: Duration,
     ) -> Result<Acquired>;
 
-    /// Starts listening for releases of `name`, before the attempt that may fail, so that no
-    /// release between that attempt and the wait is missed.
-    async fn subscribe(&self, name: &LockName) -> Result<Box<dyn ReleaseWaiter>>;
+    /// Starts listening for releases of `name` on behalf of `owner`, before the attempt that
+    /// may fail, so that no release between that attempt and the wait is missed. A fair
+    /// backend also queues `owner` here; dropping the waiter leaves the queue.
+    async fn subscribe(&self, name: &LockName, owner: &Owner) -> Result<Box<dyn ReleaseWaiter>>;
 
     /// Releases one of `owner`'s holds on `name`.
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released>;

@@ -147,7 +147,7 @@ impl Backend for MemoryBackend {
         })
     }
 
-    async fn subscribe(&self, name: &LockName) -> Result<Box<dyn ReleaseWaiter>> {
+    async fn subscribe(&self, name: &LockName, _owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
         let mut state = self.state();
         let receiver = state
             .releases

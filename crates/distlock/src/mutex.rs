@@ -220,7 +220,7 @@ async fn acquire_loop(
                     None => {
                         // Subscribe, then try again at once: a release between the failed
                         // attempt and the subscription is not missed.
-                        waiter = Some(client.backend.subscribe(name).await?);
+                        waiter = Some(client.backend.subscribe(name, owner).await?);
                     }
                     Some(waiter) => {
                         let ttl = ttl.unwrap_or(remaining).max(Duration::from_millis(1));

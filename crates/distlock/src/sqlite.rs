@@ -9,10 +9,17 @@
 //! Every operation is one `BEGIN IMMEDIATE` transaction, so it is atomic against every other
 //! process using the file. The file uses WAL and a busy timeout so that processes wait for
 //! each other's short transactions instead of failing. Waiters poll (SQLite has no
-//! notifications between processes) with a read-only query, backing off from 1 ms to 8 ms.
+//! notifications between processes) with a read-only query.
+//!
+//! Fair mode (the default) queues waiters first come, first served: a waiter takes a ticket
+//! in `distlock_waiters` and refreshes it every 250 ms; a free lock goes only to the owner of
+//! the oldest live ticket. A ticket not refreshed for 1 s (its process died or stalled) is
+//! skipped. Without fair mode, whoever asks first after a release wins, which is faster but
+//! lets a process that releases and re-acquires in a loop starve the others.
 //!
 //! URL: `sqlite:///absolute/path.db` or `sqlite://relative/path.db`, with the optional query
-//! `?busy_timeout_ms=N` (default 5000). The file is made if missing; its directory must exist.
+//! options `busy_timeout_ms=N` (default 5000) and `fair=true|false` (default true). The file
+//! is made if missing; its directory must exist.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex as StdMutex};
@@ -29,6 +36,10 @@ const SCHEME: &str = "sqlite";
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL_FIRST: Duration = Duration::from_millis(1);
 const POLL_MAX: Duration = Duration::from_millis(8);
+/// How often a queued waiter refreshes its ticket.
+const TICKET_REFRESH: Duration = Duration::from_millis(250);
+/// A ticket not refreshed for this long is skipped and removed.
+const TICKET_STALE_MS: i64 = 1000;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS distlock_locks (
@@ -45,6 +56,13 @@ CREATE TABLE IF NOT EXISTS distlock_fencing (
     name       TEXT    PRIMARY KEY,
     last_token INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS distlock_waiters (
+    ticket     INTEGER PRIMARY KEY AUTOINCREMENT,
+    name       TEXT    NOT NULL,
+    owner      TEXT    NOT NULL,
+    seen_at_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS distlock_waiters_by_name ON distlock_waiters (name, ticket);
 ";
 
 /// The table-record lock in an SQLite file shared by the processes of one machine.
@@ -52,6 +70,7 @@ CREATE TABLE IF NOT EXISTS distlock_fencing (
 pub struct SqliteBackend {
     connection: Arc<StdMutex<Connection>>,
     path: PathBuf,
+    fair: bool,
 }
 
 /// Parsed `sqlite://` URL.
@@ -59,6 +78,7 @@ pub struct SqliteBackend {
 struct SqliteUrl {
     path: PathBuf,
     busy_timeout: Duration,
+    fair: bool,
 }
 
 fn parse_url(rest: &str) -> Result<SqliteUrl> {
@@ -73,6 +93,7 @@ fn parse_url(rest: &str) -> Result<SqliteUrl> {
         ));
     }
     let mut busy_timeout = DEFAULT_BUSY_TIMEOUT;
+    let mut fair = true;
     for pair in query
         .into_iter()
         .flat_map(|q| q.split('&'))
@@ -94,11 +115,23 @@ fn parse_url(rest: &str) -> Result<SqliteUrl> {
                 }
                 busy_timeout = Duration::from_millis(ms);
             }
+            Some(("fair", value)) => {
+                fair = match value {
+                    "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => {
+                        return Err(Error::invalid(
+                            "URL",
+                            format!("fair={value:?} must be true or false"),
+                        ));
+                    }
+                };
+            }
             _ => {
                 return Err(Error::invalid(
                     "URL",
                     format!(
-                        "unknown sqlite:// option {pair:?}; the only option is busy_timeout_ms"
+                        "unknown sqlite:// option {pair:?}; the options are busy_timeout_ms and fair"
                     ),
                 ));
             }
@@ -107,6 +140,7 @@ fn parse_url(rest: &str) -> Result<SqliteUrl> {
     Ok(SqliteUrl {
         path: PathBuf::from(path),
         busy_timeout,
+        fair,
     })
 }
 
@@ -148,7 +182,7 @@ impl SqliteBackend {
                 ),
             ));
         }
-        let path = url.path.clone();
+        let (path, fair) = (url.path.clone(), url.fair);
         let connection = tokio::task::spawn_blocking(move || -> Result<Connection> {
             let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
@@ -171,6 +205,7 @@ impl SqliteBackend {
         Ok(SqliteBackend {
             connection: Arc::new(StdMutex::new(connection)),
             path,
+            fair,
         })
     }
 
@@ -216,6 +251,18 @@ fn live_row(
     .optional()
 }
 
+/// The owner of the oldest live ticket queued for `name`, if any.
+fn queue_head(conn: &Connection, name: &str, now: i64) -> rusqlite::Result<Option<String>> {
+    query_row(
+        conn,
+        "SELECT owner FROM distlock_waiters
+         WHERE name = ?1 AND seen_at_ms > ?2 ORDER BY ticket LIMIT 1",
+        params![name, now - TICKET_STALE_MS],
+        |row| row.get(0),
+    )
+    .optional()
+}
+
 /// Runs a statement through the connection's statement cache (parsing SQL costs more than
 /// running these statements).
 fn execute(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> rusqlite::Result<usize> {
@@ -252,6 +299,7 @@ impl Backend for SqliteBackend {
         let name = name.as_str().to_owned();
         let owner = owner.as_str().to_owned();
         let lease_ms = millis(lease);
+        let fair = self.fair;
         self.run("acquire", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
@@ -274,9 +322,22 @@ impl Backend for SqliteBackend {
                         holds: to_u32(holds + 1),
                     }
                 }
+                None if fair && queue_head(&tx, &name, now)?.is_some_and(|head| head != owner) => {
+                    // Free, but reserved for the waiter queued first.
+                    Acquired::Held { ttl: None }
+                }
                 None => {
                     // Free, or an expired row that is taken over in this transaction.
                     execute(&tx, "DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
+                    if fair {
+                        // Leave the queue, and clear tickets whose waiters are gone.
+                        execute(
+                            &tx,
+                            "DELETE FROM distlock_waiters
+                             WHERE name = ?1 AND (owner = ?2 OR seen_at_ms <= ?3)",
+                            params![name, owner, now - TICKET_STALE_MS],
+                        )?;
+                    }
                     let token: i64 = query_row(
                         &tx,
                         "INSERT INTO distlock_fencing (name, last_token) VALUES (?1, 1)
@@ -311,10 +372,18 @@ impl Backend for SqliteBackend {
         .await
     }
 
-    async fn subscribe(&self, name: &LockName) -> Result<Box<dyn ReleaseWaiter>> {
+    async fn subscribe(&self, name: &LockName, owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
+        let ticket = if self.fair {
+            Some(self.take_ticket(name.as_str(), owner.as_str()).await?)
+        } else {
+            None
+        };
         Ok(Box::new(SqliteWaiter {
             backend: self.clone(),
             name: name.as_str().to_owned(),
+            owner: owner.as_str().to_owned(),
+            ticket,
+            refreshed: tokio::time::Instant::now(),
             poll: POLL_FIRST,
         }))
     }
@@ -438,11 +507,96 @@ impl Backend for SqliteBackend {
     }
 }
 
-/// Polls the lock's row until it is free: SQLite cannot notify other processes.
+impl SqliteBackend {
+    /// Queues `owner` for `name`; returns the ticket.
+    async fn take_ticket(&self, name: &str, owner: &str) -> Result<i64> {
+        let (name, owner) = (name.to_owned(), owner.to_owned());
+        self.run("queue a waiter", move |conn| {
+            execute(
+                conn,
+                "INSERT INTO distlock_waiters (name, owner, seen_at_ms) VALUES (?1, ?2, ?3)",
+                params![name, owner, now_ms()],
+            )?;
+            Ok(conn.last_insert_rowid())
+        })
+        .await
+    }
+}
+
+/// Waits for a release by polling with a read-only query: SQLite cannot notify other
+/// processes. In fair mode it also keeps its ticket fresh and returns only when the lock is
+/// free and no live ticket is ahead of its own.
 struct SqliteWaiter {
     backend: SqliteBackend,
     name: String,
+    owner: String,
+    ticket: Option<i64>,
+    refreshed: tokio::time::Instant,
     poll: Duration,
+}
+
+/// What a poll saw.
+struct Poll {
+    free: bool,
+    /// Live tickets ahead of ours (0 without fair mode).
+    ahead: u32,
+    /// False when our ticket was removed (we were too slow to refresh it).
+    ticket_alive: bool,
+}
+
+impl SqliteWaiter {
+    async fn poll_once(&self) -> Result<Poll> {
+        let (name, ticket) = (self.name.clone(), self.ticket);
+        self.backend
+            .run("poll the lock", move |conn| {
+                let now = now_ms();
+                let free = live_row(conn, &name, now)?.is_none();
+                let Some(ticket) = ticket else {
+                    return Ok(Poll {
+                        free,
+                        ahead: 0,
+                        ticket_alive: true,
+                    });
+                };
+                let (ahead, ticket_alive): (u32, bool) = query_row(
+                    conn,
+                    "SELECT
+                         (SELECT COUNT(*) FROM distlock_waiters
+                          WHERE name = ?1 AND seen_at_ms > ?2 AND ticket < ?3),
+                         EXISTS (SELECT 1 FROM distlock_waiters WHERE ticket = ?3)",
+                    params![name, now - TICKET_STALE_MS, ticket],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )?;
+                Ok(Poll {
+                    free,
+                    ahead,
+                    ticket_alive,
+                })
+            })
+            .await
+    }
+
+    /// Refreshes the ticket, or takes a new one at the back of the queue if it was removed.
+    async fn refresh_ticket(&mut self, alive: bool) -> Result<()> {
+        let Some(ticket) = self.ticket else {
+            return Ok(());
+        };
+        if alive {
+            self.backend
+                .run("refresh a waiter", move |conn| {
+                    execute(
+                        conn,
+                        "UPDATE distlock_waiters SET seen_at_ms = ?2 WHERE ticket = ?1",
+                        params![ticket, now_ms()],
+                    )
+                })
+                .await?;
+        } else {
+            self.ticket = Some(self.backend.take_ticket(&self.name, &self.owner).await?);
+        }
+        self.refreshed = tokio::time::Instant::now();
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -451,27 +605,54 @@ impl ReleaseWaiter for SqliteWaiter {
         let deadline = tokio::time::Instant::now() + max;
         loop {
             // Jitter spreads the polls of many waiters.
-            let jitter = 0.75 + fastrand::f64() * 0.5;
-            let nap = self.poll.mul_f64(jitter);
-            let now = tokio::time::Instant::now();
-            if now + nap >= deadline {
+            let nap = self.poll.mul_f64(0.75 + fastrand::f64() * 0.5);
+            if tokio::time::Instant::now() + nap >= deadline {
                 tokio::time::sleep_until(deadline).await;
                 return;
             }
             tokio::time::sleep(nap).await;
-            self.poll = (self.poll * 2).min(POLL_MAX);
-            let name = self.name.clone();
-            let free = self
-                .backend
-                .run("poll the lock", move |conn| {
-                    Ok(live_row(conn, &name, now_ms())?.is_none())
-                })
-                .await;
             // An error is treated as "maybe free": the caller's next attempt reports it.
-            if !matches!(free, Ok(false)) {
+            let Ok(poll) = self.poll_once().await else {
+                return;
+            };
+            if !poll.ticket_alive || self.refreshed.elapsed() >= TICKET_REFRESH {
+                if self.refresh_ticket(poll.ticket_alive).await.is_err() {
+                    return;
+                }
+            }
+            if poll.free && poll.ahead == 0 && poll.ticket_alive {
                 self.poll = POLL_FIRST;
                 return;
             }
+            // The first two in the queue watch closely; the rest back off.
+            self.poll = if poll.ahead <= 1 && self.ticket.is_some() {
+                POLL_FIRST
+            } else {
+                (self.poll * 2).min(POLL_MAX)
+            };
+        }
+    }
+}
+
+impl Drop for SqliteWaiter {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket else {
+            return;
+        };
+        // Leave the queue. Best effort: a ticket left behind is skipped once it is stale.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let backend = self.backend.clone();
+            drop(runtime.spawn(async move {
+                let _ = backend
+                    .run("leave the queue", move |conn| {
+                        execute(
+                            conn,
+                            "DELETE FROM distlock_waiters WHERE ticket = ?1",
+                            [ticket],
+                        )
+                    })
+                    .await;
+            }));
         }
     }
 }
@@ -485,6 +666,8 @@ mod tests {
         let url = parse_url("/tmp/x.db").unwrap();
         assert_eq!(url.path, PathBuf::from("/tmp/x.db"));
         assert_eq!(url.busy_timeout, DEFAULT_BUSY_TIMEOUT);
+        assert!(url.fair);
+        assert!(!parse_url("/tmp/x.db?fair=false").unwrap().fair);
         let url = parse_url("rel/x.db?busy_timeout_ms=250").unwrap();
         assert_eq!(url.path, PathBuf::from("rel/x.db"));
         assert_eq!(url.busy_timeout, Duration::from_millis(250));
@@ -494,6 +677,7 @@ mod tests {
             "/x.db?busy_timeout_ms=0",
             "/x.db?busy_timeout_ms=abc",
             "/x.db?mode=ro",
+            "/x.db?fair=maybe",
         ] {
             assert!(parse_url(bad).unwrap_err().is_invalid_input(), "{bad:?}");
         }
