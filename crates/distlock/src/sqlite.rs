@@ -615,10 +615,9 @@ impl ReleaseWaiter for SqliteWaiter {
             let Ok(poll) = self.poll_once().await else {
                 return;
             };
-            if !poll.ticket_alive || self.refreshed.elapsed() >= TICKET_REFRESH {
-                if self.refresh_ticket(poll.ticket_alive).await.is_err() {
-                    return;
-                }
+            let refresh_due = !poll.ticket_alive || self.refreshed.elapsed() >= TICKET_REFRESH;
+            if refresh_due && self.refresh_ticket(poll.ticket_alive).await.is_err() {
+                return;
             }
             if poll.free && poll.ahead == 0 && poll.ticket_alive {
                 self.poll = POLL_FIRST;

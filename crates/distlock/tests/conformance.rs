@@ -84,10 +84,8 @@ mod sqlite_fair_mode {
                 let locks = distlock::connect(&url).await.unwrap();
                 let mutex = locks.mutex("stale").unwrap();
                 let waiting = Box::pin(mutex.acquire());
-                let _ = tokio::time::timeout(Duration::from_millis(200), async {
-                    waiting.await
-                })
-                .await;
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(200), async { waiting.await }).await;
             });
             std::mem::forget(runtime);
         })
@@ -101,7 +99,11 @@ mod sqlite_fair_mode {
             .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
             .await
             .expect("an abandoned ticket blocked the lock");
-        assert!(start.elapsed() < Duration::from_millis(1500), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_millis(1500),
+            "{:?}",
+            start.elapsed()
+        );
         guard.release().await.unwrap();
     }
 }
