@@ -84,8 +84,7 @@ mod sqlite_fair_mode {
                 let locks = distlock::connect(&url).await.unwrap();
                 let mutex = locks.mutex("stale").unwrap();
                 let waiting = Box::pin(mutex.acquire());
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(200), async { waiting.await }).await;
+                let _ = tokio::time::timeout(Duration::from_millis(200), waiting).await;
             });
             std::mem::forget(runtime);
         })
