@@ -179,38 +179,29 @@ pub async fn run(args: BenchArgs) -> CliResult {
         ratio_to_limit: pairs_per_s / limit_per_s,
     };
 
-    // 3. Contention between worker processes.
+    // 3. Contention: worker processes, or tasks for a backend that lives in this process
+    // (separate processes would each have their own memory backend and never contend).
     let name = format!("bench/{run_id}/contended");
     let duration = Duration::from_secs(args.duration_s);
-    let argument_lists = (0..args.workers)
-        .map(|_| {
-            vec![
-                "bench-worker".to_owned(),
-                "--backend".to_owned(),
-                args.backend.clone(),
-                "--name".to_owned(),
-                name.clone(),
-                "--hold-ms".to_owned(),
-                args.hold_ms.to_string(),
-                "--duration-ms".to_owned(),
-                duration.as_millis().to_string(),
-            ]
-        })
-        .collect();
-    let mut fleet = Fleet::start(argument_lists).await?;
-    fleet.go().await?;
-    let contention_start = Instant::now();
     let label = format!("{} workers contending", args.workers);
+    let contention_start = Instant::now();
+    let collect = async {
+        if locks.backend_scheme() == "memory" {
+            contend_in_process(&locks, &args, &name, duration).await
+        } else {
+            contend_in_processes(&args, &name, duration).await
+        }
+    };
     let reports = {
-        let collect = fleet.reports::<WorkerReport>(duration + Duration::from_secs(120));
         tokio::pin!(collect);
         let mut tick = tokio::time::interval(Duration::from_millis(200));
+        let total = u64::try_from(duration.as_millis()).unwrap_or(1);
         loop {
             tokio::select! {
                 reports = &mut collect => break reports?,
                 _ = tick.tick() => {
-                    let done = contention_start.elapsed().as_millis().min(duration.as_millis());
-                    progress.show(&label, u64::try_from(done).unwrap_or(0), u64::try_from(duration.as_millis()).unwrap_or(1));
+                    let done = u64::try_from(contention_start.elapsed().as_millis()).unwrap_or(total);
+                    progress.show(&label, done.min(total), total);
                 }
             }
         }
@@ -478,13 +469,60 @@ fn histogram_svg(gaps_ms: &[f64], title: &str, rtt_ms: f64, stats: &Stats) -> St
     svg
 }
 
-/// A worker process: acquire, hold, release, on one name, until the duration ends.
-pub async fn worker(args: WorkerArgs) -> CliResult {
-    let locks = distlock::connect(&args.backend).await?;
-    let mutex = locks.mutex(args.name)?;
+async fn contend_in_processes(
+    args: &BenchArgs,
+    name: &str,
+    duration: Duration,
+) -> CliResult<Vec<WorkerReport>> {
+    let argument_lists = (0..args.workers)
+        .map(|_| {
+            vec![
+                "bench-worker".to_owned(),
+                "--backend".to_owned(),
+                args.backend.clone(),
+                "--name".to_owned(),
+                name.to_owned(),
+                "--hold-ms".to_owned(),
+                args.hold_ms.to_string(),
+                "--duration-ms".to_owned(),
+                duration.as_millis().to_string(),
+            ]
+        })
+        .collect();
+    let mut fleet = Fleet::start(argument_lists).await?;
+    fleet.go().await?;
+    fleet.reports(duration + Duration::from_secs(120)).await
+}
+
+async fn contend_in_process(
+    locks: &distlock::Locks,
+    args: &BenchArgs,
+    name: &str,
+    duration: Duration,
+) -> CliResult<Vec<WorkerReport>> {
     let hold = Duration::from_millis(args.hold_ms);
-    let duration = Duration::from_millis(args.duration_ms);
-    workers::await_go().await?;
+    let tasks: Vec<_> = (0..args.workers)
+        .map(|_| {
+            let mutex = locks.mutex(name);
+            tokio::spawn(async move { contend(&mutex?, hold, duration).await })
+        })
+        .collect();
+    let mut reports = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let intervals = task
+            .await
+            .map_err(|e| Failure::failed(format!("a bench task failed: {e}")))??;
+        reports.push(WorkerReport { intervals });
+    }
+    Ok(reports)
+}
+
+/// Acquires, holds for `hold`, releases, on one lock, until `duration` has passed.
+async fn contend(
+    mutex: &distlock::Mutex,
+    hold: Duration,
+    duration: Duration,
+) -> CliResult<Vec<Interval>> {
     let deadline = Instant::now() + duration;
     let mut intervals = Vec::new();
     while Instant::now() < deadline {
@@ -513,5 +551,16 @@ pub async fn worker(args: WorkerArgs) -> CliResult {
             release_start,
         });
     }
+    Ok(intervals)
+}
+
+/// A worker process: contends for one lock until the duration ends, then reports.
+pub async fn worker(args: WorkerArgs) -> CliResult {
+    let locks = distlock::connect(&args.backend).await?;
+    let mutex = locks.mutex(args.name)?;
+    let hold = Duration::from_millis(args.hold_ms);
+    let duration = Duration::from_millis(args.duration_ms);
+    workers::await_go().await?;
+    let intervals = contend(&mutex, hold, duration).await?;
     workers::report(&WorkerReport { intervals })
 }

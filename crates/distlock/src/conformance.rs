@@ -77,6 +77,7 @@ macro_rules! conformance_suite {
             odd_names,
             bad_durations_are_rejected,
             cancelled_acquire_leaves_nothing,
+            renewal_is_batched,
         );
     };
     (@cases $backend:ident, $target:expr; $($case:ident),* $(,)?) => {
@@ -524,4 +525,45 @@ pub async fn cancelled_acquire_leaves_nothing(url: &str) {
         .await
         .expect("a cancelled acquire left the lock held");
     guard.release().await.unwrap();
+}
+
+/// One client holding 2,500 renewed locks keeps them all alive across four leases with a
+/// handful of renewal requests (up to 1000 locks each), not one request per lock.
+pub async fn renewal_is_batched(url: &str) {
+    let base = unique("batched");
+    let locks = short_lease_client(url).await;
+    let mut guards = Vec::new();
+    for i in 0..2500 {
+        let mutex = locks.mutex(format!("{base}/{i}")).unwrap();
+        guards.push(mutex.acquire().await.unwrap());
+    }
+    let before = locks.renewal_requests();
+    tokio::time::sleep(SHORT_LEASE * 4).await;
+    let requests = locks.renewal_requests() - before;
+    // Four leases at one renewal round per third of a lease, three requests per round.
+    assert!(
+        requests >= 3,
+        "only {requests} renewal requests: the locks were not renewed"
+    );
+    assert!(
+        requests <= 3 * 14,
+        "{requests} renewal requests for 2500 locks: not batched"
+    );
+    for guard in &guards {
+        assert!(!guard.is_lost(), "{} lost while renewing", guard.name());
+    }
+    let other = client(url).await;
+    assert!(
+        other
+            .mutex(format!("{base}/2499"))
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a renewed lock was free"
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
 }
