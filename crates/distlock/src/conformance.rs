@@ -567,3 +567,40 @@ pub async fn renewal_is_batched(url: &str) {
         guard.release().await.unwrap();
     }
 }
+
+/// For fair backends (not part of [`conformance_suite!`](crate::conformance_suite)): waiters
+/// are served in arrival order, and a releaser cannot take the lock back ahead of them.
+pub async fn fair_waiters_are_served_in_order(url: &str) {
+    let name = unique("fifo");
+    let holder_client = client(url).await;
+    let holder = holder_client.mutex(name.as_str()).unwrap();
+    let held = holder.acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for id in 0..4 {
+        // A client per waiter, as if each were another process.
+        let locks = client(url).await;
+        let (order, name) = (order.clone(), name.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = locks.mutex(name).unwrap().acquire().await.unwrap();
+            order.lock().unwrap().push(id);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            guard.release().await.unwrap();
+        }));
+        // Let this waiter queue before the next one arrives.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    held.release().await.unwrap();
+    assert!(
+        holder.try_acquire().await.unwrap().is_none(),
+        "the releaser jumped the queue"
+    );
+    for waiter in waiters {
+        waiter.await.expect("waiter panicked");
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![0, 1, 2, 3],
+        "served out of order"
+    );
+}

@@ -1,11 +1,12 @@
 //! The in-process backend: locks in this process's memory.
 //!
 //! Correct between tasks and threads of one process, and useless between processes (each
-//! has its own memory). Use it in tests and in single-process programs. `memory://` makes a
+//! has its own memory). Fair: waiters are served first come, first served, as with
+//! `tokio::sync::Mutex`. Use it in tests and in single-process programs. `memory://` makes a
 //! new, private store; `memory://NAME` shares the store called NAME with every client in the
 //! process that uses the same URL.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -35,7 +36,14 @@ struct State {
     fencing: HashMap<LockName, u64>,
     /// Release signals per name, present while someone waits.
     releases: HashMap<LockName, watch::Sender<u64>>,
+    /// Waiters per name in arrival order (waiter id, owner); a free lock goes to the first.
+    queues: HashMap<LockName, VecDeque<(u64, Owner)>>,
+    next_waiter: u64,
 }
+
+/// How soon a waiter turned away from a free lock reserved for an earlier waiter tries again,
+/// so that it notices when that waiter's grant expires without a release.
+const RESERVED_RECHECK: Duration = Duration::from_millis(10);
 
 #[derive(Debug)]
 struct Holding {
@@ -86,6 +94,23 @@ impl State {
         self.held.get_mut(name)
     }
 
+    /// True when a free `name` is reserved for a waiter other than `owner`.
+    fn reserved_for_other(&self, name: &LockName, owner: &Owner) -> bool {
+        self.queues
+            .get(name)
+            .and_then(VecDeque::front)
+            .is_some_and(|(_, first)| first != owner)
+    }
+
+    fn leave_queue(&mut self, name: &LockName, keep: impl Fn(&(u64, Owner)) -> bool) {
+        if let Some(queue) = self.queues.get_mut(name) {
+            queue.retain(keep);
+            if queue.is_empty() {
+                self.queues.remove(name);
+            }
+        }
+    }
+
     fn signal_release(&mut self, name: &LockName) {
         if let Some(sender) = self.releases.get(name) {
             if sender.receiver_count() == 0 {
@@ -129,6 +154,12 @@ impl Backend for MemoryBackend {
                 holds: holding.holds,
             });
         }
+        if state.reserved_for_other(name, owner) {
+            return Ok(Acquired::Held {
+                ttl: Some(RESERVED_RECHECK),
+            });
+        }
+        state.leave_queue(name, |(_, waiting)| waiting != owner);
         let token = state.fencing.entry(name.clone()).or_insert(0);
         *token += 1;
         let fencing_token = *token;
@@ -147,14 +178,26 @@ impl Backend for MemoryBackend {
         })
     }
 
-    async fn subscribe(&self, name: &LockName, _owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
+    async fn subscribe(&self, name: &LockName, owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
         let mut state = self.state();
         let receiver = state
             .releases
             .entry(name.clone())
             .or_insert_with(|| watch::channel(0).0)
             .subscribe();
-        Ok(Box::new(MemoryWaiter { receiver }))
+        state.next_waiter += 1;
+        let id = state.next_waiter;
+        state
+            .queues
+            .entry(name.clone())
+            .or_default()
+            .push_back((id, owner.clone()));
+        Ok(Box::new(MemoryWaiter {
+            store: self.store.clone(),
+            name: name.clone(),
+            id,
+            receiver,
+        }))
     }
 
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
@@ -226,7 +269,31 @@ impl Backend for MemoryBackend {
 }
 
 struct MemoryWaiter {
+    store: Arc<Store>,
+    name: LockName,
+    id: u64,
     receiver: watch::Receiver<u64>,
+}
+
+impl Drop for MemoryWaiter {
+    fn drop(&mut self) {
+        let mut state = self
+            .store
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let was_first = state
+            .queues
+            .get(&self.name)
+            .and_then(VecDeque::front)
+            .is_some_and(|(id, _)| *id == self.id);
+        let id = self.id;
+        state.leave_queue(&self.name, |(waiting, _)| *waiting != id);
+        if was_first {
+            // The next waiter may now take a free lock.
+            state.signal_release(&self.name);
+        }
+    }
 }
 
 #[async_trait]

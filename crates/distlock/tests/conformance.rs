@@ -20,6 +20,11 @@ fn sqlite(query: &str) -> Target {
 }
 
 distlock::conformance_suite!(memory, memory());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_waiters_are_served_in_order() {
+    distlock::conformance::fair_waiters_are_served_in_order(memory().url()).await;
+}
 #[cfg(feature = "sqlite")]
 distlock::conformance_suite!(sqlite, sqlite(""));
 #[cfg(feature = "sqlite")]
@@ -27,43 +32,22 @@ distlock::conformance_suite!(sqlite_unfair, sqlite("?fair=false"));
 
 #[cfg(feature = "sqlite")]
 mod sqlite_fair_mode {
-    use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
     use super::sqlite;
 
-    /// Waiters are served in arrival order, and a releaser cannot jump the queue. (Without
-    /// fair mode this test fails: the releaser takes the lock straight back.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn waiters_are_served_first_come_first_served() {
+    async fn waiters_are_served_in_order() {
         let target = sqlite("");
-        let holder_client = distlock::connect(target.url()).await.unwrap();
-        let holder = holder_client.mutex("fifo").unwrap();
-        let held = holder.acquire().await.unwrap();
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let mut waiters = Vec::new();
-        for id in 0..4 {
-            // A client per waiter, as if each were another process.
-            let locks = distlock::connect(target.url()).await.unwrap();
-            let order = order.clone();
-            waiters.push(tokio::spawn(async move {
-                let guard = locks.mutex("fifo").unwrap().acquire().await.unwrap();
-                order.lock().unwrap().push(id);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                guard.release().await.unwrap();
-            }));
-            // Let this waiter take its ticket before the next one arrives.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        held.release().await.unwrap();
-        assert!(
-            holder.try_acquire().await.unwrap().is_none(),
-            "the releaser jumped the queue"
-        );
-        for waiter in waiters {
-            waiter.await.unwrap();
-        }
-        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+        distlock::conformance::fair_waiters_are_served_in_order(target.url()).await;
+    }
+
+    /// The test can fail: without fair mode the releaser takes the lock straight back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[should_panic(expected = "the releaser jumped the queue")]
+    async fn unfair_mode_lets_the_releaser_jump_the_queue() {
+        let target = sqlite("?fair=false");
+        distlock::conformance::fair_waiters_are_served_in_order(target.url()).await;
     }
 
     /// A queued waiter that vanishes without leaving the queue delays a free lock by at most
