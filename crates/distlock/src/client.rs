@@ -191,12 +191,14 @@ impl Locks {
 
 /// Why a lock was lost, shared by every guard of one grant.
 pub(crate) struct Grant {
+    fencing_token: u64,
     lost: watch::Sender<Option<Arc<str>>>,
 }
 
 impl Grant {
-    fn new() -> Arc<Self> {
+    fn new(fencing_token: u64) -> Arc<Self> {
         Arc::new(Grant {
+            fencing_token,
             lost: watch::channel(None).0,
         })
     }
@@ -211,7 +213,7 @@ impl Grant {
             }
         });
         if first {
-            tracing::warn!(lock = %name, reason, "lock lost");
+            tracing::warn!(lock = %name, fencing_token = self.fencing_token, reason, "lock lost");
         }
     }
 
@@ -280,6 +282,7 @@ impl ClientInner {
         self: &Arc<Self>,
         name: &LockName,
         owner: &Owner,
+        fencing_token: u64,
         fresh: bool,
         renew: bool,
         deadline: Instant,
@@ -307,7 +310,7 @@ impl ClientInner {
                         slot.grant
                             .mark_lost(name, "the lease ran out and the lock was granted anew");
                     }
-                    let grant = Grant::new();
+                    let grant = Grant::new(fencing_token);
                     registry.slots.insert(
                         key,
                         Slot {

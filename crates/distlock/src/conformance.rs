@@ -78,6 +78,8 @@ macro_rules! conformance_suite {
             bad_durations_are_rejected,
             cancelled_acquire_leaves_nothing,
             renewal_is_batched,
+            dropped_guard_releases_in_background,
+            extend_moves_the_lease_end,
         );
     };
     (@cases $backend:ident, $target:expr; $($case:ident),* $(,)?) => {
@@ -369,7 +371,7 @@ pub async fn lost_fires_on_expiry(url: &str) {
     let guard = locks
         .mutex(name.as_str())
         .unwrap()
-        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(200)))
+        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(500)))
         .await
         .unwrap();
     assert!(!guard.is_lost());
@@ -603,4 +605,48 @@ pub async fn fair_waiters_are_served_in_order(url: &str) {
         vec![0, 1, 2, 3],
         "served out of order"
     );
+}
+
+/// Dropping a guard releases the lock in the background: another owner gets it long before
+/// the 30 s lease would have freed it.
+pub async fn dropped_guard_releases_in_background(url: &str) {
+    let name = unique("drop");
+    let locks = client(url).await;
+    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    drop(guard);
+    let start = Instant::now();
+    let other = client(url).await;
+    let guard = other
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .expect("a dropped guard kept the lock");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    guard.release().await.unwrap();
+}
+
+/// `extend` makes a fixed lease end later; the guard is neither lost nor freed at the old end.
+pub async fn extend_moves_the_lease_end(url: &str) {
+    let name = unique("extend");
+    let locks = client(url).await;
+    let guard = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    guard.extend(Duration::from_secs(3)).await.expect("extend");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(!guard.is_lost(), "lost at the old lease end");
+    assert!(guard.is_held().await.unwrap(), "freed at the old lease end");
+    let rival = locks.mutex(name.as_str()).unwrap();
+    assert!(rival.try_acquire().await.unwrap().is_none());
+    // A shorter extension shortens the lease too: the guard is lost once it ends.
+    guard.extend(Duration::from_millis(100)).await.unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() did not fire at the new lease end");
+    assert!(lost.is_lock_lost());
+    assert!(rival.try_acquire().await.unwrap().is_some());
 }

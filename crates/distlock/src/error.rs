@@ -59,6 +59,15 @@ pub enum Error {
         feature: &'static str,
     },
 
+    /// The URL names a backend that is planned but not part of this release.
+    #[error(
+        "the {scheme}:// backend is not in this release yet; available now: memory://, sqlite://"
+    )]
+    NotYetAvailable {
+        /// The URL scheme.
+        scheme: String,
+    },
+
     /// Bad input from the caller: a lock name, a duration, a URL. Says what was wrong and what
     /// to do.
     #[error("invalid {what}: {reason}")]
@@ -102,7 +111,9 @@ impl Error {
     pub fn is_unsupported(&self) -> bool {
         matches!(
             self,
-            Error::Unsupported { .. } | Error::FeatureDisabled { .. }
+            Error::Unsupported { .. }
+                | Error::FeatureDisabled { .. }
+                | Error::NotYetAvailable { .. }
         )
     }
 

@@ -39,7 +39,7 @@
 //! | `sqlite:///path/locks.db` | table-record lock in an SQLite file (one machine) | `sqlite` (default) | when the lease ends |
 //!
 //! Redis, ZooKeeper, etcd, PostgreSQL and MySQL backends are planned; their schemes answer
-//! with [`Error::Unsupported`] until then.
+//! with [`Error::NotYetAvailable`] until then.
 //!
 //! # Ownership, leases and loss
 //!
@@ -82,19 +82,19 @@ pub use crate::mutex::{AcquireOptions, Guard, Holder, Mutex};
 pub use crate::name::{LockName, MAX_NAME_BYTES};
 
 /// Schemes of backends that later releases add.
-const PLANNED: &[(&str, &str)] = &[
-    ("redis", "redis"),
-    ("rediss", "redis"),
-    ("redis+spin", "redis"),
-    ("redis+sentinel", "redis"),
-    ("redis+cluster", "redis"),
-    ("zk", "zookeeper"),
-    ("zk+naive", "zookeeper"),
-    ("etcd", "etcd"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("mysql", "mysql"),
-    ("mariadb", "mysql"),
+const PLANNED: &[&str] = &[
+    "redis",
+    "rediss",
+    "redis+spin",
+    "redis+sentinel",
+    "redis+cluster",
+    "zk",
+    "zk+naive",
+    "etcd",
+    "postgres",
+    "postgresql",
+    "mysql",
+    "mariadb",
 ];
 
 /// Connects to the backend a URL names, with default options. See the crate docs for the
@@ -140,16 +140,13 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
             scheme: "sqlite".into(),
             feature: "sqlite",
         }),
-        _ => match PLANNED.iter().find(|(planned, _)| *planned == scheme) {
-            Some((_, backend)) => Err(Error::Unsupported {
-                backend,
-                operation: "connecting: this backend is planned but not in this release",
-            }),
-            None => Err(Error::invalid(
-                "URL",
-                format!("unknown scheme {scheme:?}; known schemes are memory and sqlite"),
-            )),
-        },
+        _ if PLANNED.contains(&scheme) => Err(Error::NotYetAvailable {
+            scheme: scheme.to_owned(),
+        }),
+        _ => Err(Error::invalid(
+            "URL",
+            format!("unknown scheme {scheme:?}; known schemes are memory and sqlite"),
+        )),
     }
 }
 

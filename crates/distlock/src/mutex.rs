@@ -189,7 +189,14 @@ async fn acquire_loop(
                 holds,
             } => {
                 let renew = options.lease.is_none();
-                let grant = client.register(name, owner, holds <= 1, renew, attempt_start + lease);
+                let grant = client.register(
+                    name,
+                    owner,
+                    fencing_token,
+                    holds <= 1,
+                    renew,
+                    attempt_start + lease,
+                );
                 tracing::debug!(
                     fencing_token,
                     holds,
@@ -508,7 +515,9 @@ impl Guard {
     /// of its owner has been released.
     ///
     /// # Notable errors
-    /// - [`Error::LockLost`] when the lock had already been lost; nothing changed.
+    /// - [`Error::LockLost`] when the lock had already been lost (nothing changed), or when
+    ///   this guard had already reported the loss through [`Guard::lost`] (a hold the server
+    ///   still kept is released).
     /// - [`Error::NotOwner`] when another owner holds it now; nothing changed.
     /// - [`Error::Backend`] when the request failed; the lock then frees when its lease ends.
     ///
@@ -530,6 +539,12 @@ impl Guard {
         })
         .await?;
         match outcome {
+            // The client counts a lease from the start of the request that set it, so it may
+            // call a lock lost a little before the server expires it. The release then still
+            // frees the lock, and reports the loss the guard already announced.
+            Released::Released { .. } if state.grant.lost_reason().is_some() => {
+                Err(state.lost_error())
+            }
             Released::Released { remaining_holds } => {
                 tracing::debug!(lock = %state.name, fencing_token = state.fencing_token, remaining_holds, "released");
                 Ok(())
