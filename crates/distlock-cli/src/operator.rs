@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use distlock::ConnectOptions;
+use distlock::{AcquireOptions, ConnectOptions};
 
 use crate::cli::{HoldArgs, LockArgs};
 use crate::failure::{CliResult, Failure};
@@ -21,12 +21,15 @@ pub async fn force_unlock(args: LockArgs) -> CliResult {
     Ok(())
 }
 
-/// Acquires, prints `{"fencing_token":N}` on one line, and holds until killed, until the lock
-/// is lost (exit 1), or until `--max-ms` (exit 0).
+/// Acquires (waiting at most `--max-ms`), prints `{"fencing_token":N}` on one line, and holds
+/// until killed, until the lock is lost (exit 1), or until `--max-ms` (exit 0).
 pub async fn hold(args: HoldArgs) -> CliResult {
     let options = ConnectOptions::new().lease(Duration::from_millis(args.lease_ms));
     let locks = distlock::connect_with(&args.backend, options).await?;
-    let guard = locks.mutex(args.name)?.acquire().await?;
+    let guard = locks
+        .mutex(args.name)?
+        .acquire_with(AcquireOptions::new().wait(Duration::from_millis(args.max_ms)))
+        .await?;
     println!(
         "{}",
         serde_json::json!({ "fencing_token": guard.fencing_token() })

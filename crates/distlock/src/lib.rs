@@ -33,10 +33,10 @@
 //!
 //! # Choosing a backend
 //!
-//! | URL | backend | feature | frees a crashed holder's lock |
-//! |---|---|---|---|
-//! | `memory://` or `memory://NAME` | this process only | always on | when the lease ends |
-//! | `sqlite:///path/locks.db` | table-record lock in an SQLite file (one machine) | `sqlite` (default) | when the lease ends |
+//! | URL | backend | feature | waiters served | frees a crashed holder's lock |
+//! |---|---|---|---|---|
+//! | `memory://` or `memory://NAME` | this process only | always on | in arrival order | when the lease ends |
+//! | `sqlite:///path/locks.db` | table-record lock in an SQLite file (one machine) | `sqlite` (default) | in arrival order (`?fair=false`: first to ask) | when the lease ends |
 //!
 //! Redis, ZooKeeper, etcd, PostgreSQL and MySQL backends are planned; their schemes answer
 //! with [`Error::NotYetAvailable`] until then.
