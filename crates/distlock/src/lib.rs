@@ -71,6 +71,8 @@ mod finish;
 pub mod memory;
 mod mutex;
 mod name;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -83,7 +85,6 @@ pub use crate::name::{LockName, MAX_NAME_BYTES};
 
 /// Schemes of backends that later releases add.
 const PLANNED: &[&str] = &[
-    "redis",
     "rediss",
     "redis+spin",
     "redis+sentinel",
@@ -140,12 +141,19 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
             scheme: "sqlite".into(),
             feature: "sqlite",
         }),
+        #[cfg(feature = "redis")]
+        "redis" => Ok(Arc::new(crate::redis::RedisBackend::connect(url).await?)),
+        #[cfg(not(feature = "redis"))]
+        "redis" => Err(Error::FeatureDisabled {
+            scheme: "redis".into(),
+            feature: "redis",
+        }),
         _ if PLANNED.contains(&scheme) => Err(Error::NotYetAvailable {
             scheme: scheme.to_owned(),
         }),
         _ => Err(Error::invalid(
             "URL",
-            format!("unknown scheme {scheme:?}; known schemes are memory and sqlite"),
+            format!("unknown scheme {scheme:?}; known schemes are memory, sqlite and redis"),
         )),
     }
 }
@@ -159,7 +167,7 @@ mod tests {
         assert!(connect("nonsense").await.unwrap_err().is_invalid_input());
         assert!(connect("ftp://x").await.unwrap_err().is_invalid_input());
         assert!(
-            connect("redis://127.0.0.1")
+            connect("etcd://127.0.0.1")
                 .await
                 .unwrap_err()
                 .is_unsupported()

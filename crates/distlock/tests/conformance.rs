@@ -19,7 +19,30 @@ fn sqlite(query: &str) -> Target {
     Target::with_resource(url, dir)
 }
 
+/// The Redis server the tests use: `DISTLOCK_REDIS_URL`, or the local default. `scripts/test`
+/// starts it when it is not running; a test fails, never skips, when it cannot be reached.
+#[cfg(feature = "redis")]
+fn redis() -> Target {
+    let url =
+        std::env::var("DISTLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let address = url
+        .trim_start_matches("redis://")
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default()
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if std::net::TcpStream::connect(&address).is_err() {
+        panic!("Redis is not reachable at {address} ({url}); start it with scripts/test");
+    }
+    Target::new(url)
+}
+
 distlock::conformance_suite!(memory, memory());
+#[cfg(feature = "redis")]
+distlock::conformance_suite!(redis, redis());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_waiters_are_served_in_order() {

@@ -1,0 +1,492 @@
+//! The Redis reentrant lock (MISSION §1, the Redisson design).
+//!
+//! Each lock is a hash `distlock:{<name>}:lock` mapping the owner to its hold count, plus a
+//! field `:token` with the grant's fencing token, and a PEXPIRE equal to the lease. The
+//! counter `distlock:{<name>}:fence` (never deleted) gives the tokens; releases are announced
+//! on the channel `distlock:{<name>}:released`. `<name>` is the escaped lock name
+//! ([`LockName::escaped`]), which has no `{` or `}`, so the braces are a Cluster hash tag and
+//! all keys of one lock share a slot.
+//!
+//! Acquire, release, extend, renew and force-unlock are each one Lua script, sent with
+//! EVALSHA and loaded again when the server answers NOSCRIPT (the `redis` crate's `Script`).
+//! Commands share one multiplexed, reconnecting connection; waiters share one pub/sub
+//! connection per client, opened on first use.
+//!
+//! URL: `redis://[user:password@]host[:port][/db]`. Standalone servers only in this release;
+//! Sentinel and Cluster are planned.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use redis::Script;
+use redis::aio::{ConnectionManager, PubSubSink};
+use tokio::sync::watch;
+
+use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released};
+use crate::error::{Error, Result};
+use crate::name::LockName;
+
+const SCHEME: &str = "redis";
+
+/// KEYS: lock, fence. ARGV: owner, lease ms.
+/// Returns {1, token, holds} when granted, {0, pttl} when held by another owner.
+const ACQUIRE: &str = r"
+local lock, fence = KEYS[1], KEYS[2]
+local owner, lease = ARGV[1], tonumber(ARGV[2])
+if redis.call('exists', lock) == 0 then
+  local token = redis.call('incr', fence)
+  redis.call('hset', lock, owner, 1, ':token', token)
+  redis.call('pexpire', lock, lease)
+  return {1, token, 1}
+end
+if redis.call('hexists', lock, owner) == 1 then
+  local holds = redis.call('hincrby', lock, owner, 1)
+  if redis.call('pttl', lock) < lease then
+    redis.call('pexpire', lock, lease)
+  end
+  return {1, tonumber(redis.call('hget', lock, ':token')), holds}
+end
+return {0, redis.call('pttl', lock)}
+";
+
+/// KEYS: lock, channel. ARGV: owner.
+/// Returns the holds left (0: freed and announced), -1 when free, -2 when held by another.
+const RELEASE: &str = r"
+local lock, channel, owner = KEYS[1], KEYS[2], ARGV[1]
+if redis.call('hexists', lock, owner) == 0 then
+  if redis.call('exists', lock) == 1 then return -2 end
+  return -1
+end
+local holds = redis.call('hincrby', lock, owner, -1)
+if holds > 0 then return holds end
+redis.call('del', lock)
+redis.call('publish', channel, 'released')
+return 0
+";
+
+/// KEYS: lock. ARGV: owner, lease ms. Returns 1 when extended, -1 when free, -2 when held by
+/// another.
+const EXTEND: &str = r"
+if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+  return 1
+end
+if redis.call('exists', KEYS[1]) == 1 then return -2 end
+return -1
+";
+
+/// KEYS: the locks. ARGV: lease ms, then one owner per key. Returns 1 or 0 per key.
+const RENEW: &str = r"
+local renewed = {}
+for i, lock in ipairs(KEYS) do
+  if redis.call('hexists', lock, ARGV[i + 1]) == 1 then
+    redis.call('pexpire', lock, ARGV[1])
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed
+";
+
+/// KEYS: lock, channel. Returns 1 when the lock was held.
+const FORCE_UNLOCK: &str = r"
+if redis.call('del', KEYS[1]) == 1 then
+  redis.call('publish', KEYS[2], 'released')
+  return 1
+end
+return 0
+";
+
+/// The keys of one lock.
+struct Keys {
+    lock: String,
+    fence: String,
+    channel: String,
+}
+
+impl Keys {
+    fn of(name: &LockName) -> Self {
+        let tag = name.escaped();
+        Keys {
+            lock: format!("distlock:{{{tag}}}:lock"),
+            fence: format!("distlock:{{{tag}}}:fence"),
+            channel: format!("distlock:{{{tag}}}:released"),
+        }
+    }
+}
+
+struct Scripts {
+    acquire: Script,
+    release: Script,
+    extend: Script,
+    renew: Script,
+    force_unlock: Script,
+}
+
+/// The reentrant lock on a standalone Redis server.
+#[derive(Clone)]
+pub struct RedisBackend {
+    connection: ConnectionManager,
+    scripts: Arc<Scripts>,
+    releases: Arc<ReleaseHub>,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend").finish_non_exhaustive()
+    }
+}
+
+fn backend_error(operation: &'static str) -> impl FnOnce(redis::RedisError) -> Error {
+    move |error| Error::backend(SCHEME, operation, error)
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl RedisBackend {
+    /// Connects to the server a `redis://` URL names.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a URL the `redis` crate cannot parse; [`Error::Backend`]
+    /// when the server cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let client = redis::Client::open(url).map_err(|e| {
+            Error::invalid(
+                "URL",
+                format!("{e}; write redis://[user:password@]host[:port][/db]"),
+            )
+        })?;
+        let connection = client
+            .get_connection_manager()
+            .await
+            .map_err(backend_error("connect"))?;
+        Ok(RedisBackend {
+            connection,
+            scripts: Arc::new(Scripts {
+                acquire: Script::new(ACQUIRE),
+                release: Script::new(RELEASE),
+                extend: Script::new(EXTEND),
+                renew: Script::new(RENEW),
+                force_unlock: Script::new(FORCE_UNLOCK),
+            }),
+            releases: Arc::new(ReleaseHub {
+                client,
+                subscriber: tokio::sync::Mutex::new(None),
+                channels: Arc::new(StdMutex::new(HashMap::new())),
+            }),
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for RedisBackend {
+    fn scheme(&self) -> &'static str {
+        SCHEME
+    }
+
+    async fn ping(&self) -> Result<()> {
+        let _: String = redis::cmd("PING")
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(backend_error("ping"))?;
+        Ok(())
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<Acquired> {
+        let keys = Keys::of(name);
+        let reply: Vec<i64> = self
+            .scripts
+            .acquire
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .arg(owner.as_str())
+            .arg(millis(lease))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(backend_error("acquire"))?;
+        match reply.as_slice() {
+            [1, token, holds] => Ok(Acquired::Granted {
+                fencing_token: u64::try_from(*token).unwrap_or(0),
+                holds: u32::try_from(*holds).unwrap_or(u32::MAX),
+            }),
+            [0, pttl] => Ok(Acquired::Held {
+                // -1 (no expiry) cannot happen for our keys; -2 means it just expired.
+                ttl: Some(Duration::from_millis(u64::try_from(*pttl).unwrap_or(0))),
+            }),
+            other => Err(Error::backend(
+                SCHEME,
+                "acquire",
+                format!("unexpected reply from the acquire script: {other:?}"),
+            )),
+        }
+    }
+
+    async fn subscribe(&self, name: &LockName, _owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
+        let channel = Keys::of(name).channel;
+        let receiver = self.releases.subscribe(&channel).await?;
+        Ok(Box::new(RedisWaiter {
+            hub: self.releases.clone(),
+            channel,
+            receiver,
+        }))
+    }
+
+    async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
+        let keys = Keys::of(name);
+        let reply: i64 = self
+            .scripts
+            .release
+            .key(&keys.lock)
+            .key(&keys.channel)
+            .arg(owner.as_str())
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(backend_error("release"))?;
+        Ok(match reply {
+            -1 => Released::NotHeld,
+            -2 => Released::HeldByOther,
+            holds => Released::Released {
+                remaining_holds: u32::try_from(holds).unwrap_or(0),
+            },
+        })
+    }
+
+    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+        let keys = Keys::of(name);
+        let reply: i64 = self
+            .scripts
+            .extend
+            .key(&keys.lock)
+            .arg(owner.as_str())
+            .arg(millis(lease))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(backend_error("extend"))?;
+        Ok(match reply {
+            1 => Extended::Extended,
+            -2 => Extended::HeldByOther,
+            _ => Extended::NotHeld,
+        })
+    }
+
+    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+        if locks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = self.scripts.renew.prepare_invoke();
+        invocation.arg(millis(lease));
+        for (name, owner) in locks {
+            invocation.key(Keys::of(name).lock);
+            invocation.arg(owner.as_str());
+        }
+        let renewed: Vec<i64> = invocation
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(backend_error("renew"))?;
+        Ok(renewed.into_iter().map(|r| r == 1).collect())
+    }
+
+    async fn is_locked(&self, name: &LockName) -> Result<bool> {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(Keys::of(name).lock)
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(backend_error("query the lock"))?;
+        Ok(exists)
+    }
+
+    async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
+        let holds: Option<i64> = redis::cmd("HGET")
+            .arg(Keys::of(name).lock)
+            .arg(owner.as_str())
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(backend_error("query the lock"))?;
+        Ok(holds.map_or(0, |h| u32::try_from(h).unwrap_or(0)))
+    }
+
+    async fn force_unlock(&self, name: &LockName) -> Result<bool> {
+        let keys = Keys::of(name);
+        let freed: i64 = self
+            .scripts
+            .force_unlock
+            .key(&keys.lock)
+            .key(&keys.channel)
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(backend_error("force unlock"))?;
+        Ok(freed == 1)
+    }
+}
+
+/// One pub/sub connection per client, shared by all its waiters: a channel is subscribed while
+/// at least one waiter listens on it, and each message bumps that channel's watch.
+struct ReleaseHub {
+    client: redis::Client,
+    /// The subscriber; `None` until first use. Held across (un)subscribe requests, so that they
+    /// reach the server in the order they were decided.
+    subscriber: tokio::sync::Mutex<Option<Subscriber>>,
+    /// Channel → (signal, listeners).
+    channels: Channels,
+}
+
+struct Subscriber {
+    sink: PubSubSink,
+    /// False once the reader has seen this connection close.
+    alive: Arc<AtomicBool>,
+}
+
+type Channels = Arc<StdMutex<HashMap<String, (watch::Sender<u64>, usize)>>>;
+
+fn lock_channels(
+    channels: &StdMutex<HashMap<String, (watch::Sender<u64>, usize)>>,
+) -> std::sync::MutexGuard<'_, HashMap<String, (watch::Sender<u64>, usize)>> {
+    // Updates are single inserts and field writes: a poisoned map is still whole.
+    channels.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ReleaseHub {
+    /// Opens the pub/sub connection, starts its reader, and subscribes again to every channel
+    /// that still has listeners (after a lost connection).
+    async fn connect(&self) -> Result<Subscriber> {
+        let (mut sink, mut stream) = self
+            .client
+            .get_async_pubsub()
+            .await
+            .map_err(backend_error("open the pub/sub connection"))?
+            .split();
+        let alive = Arc::new(AtomicBool::new(true));
+        let (channels, reader_alive) = (self.channels.clone(), alive.clone());
+        tokio::spawn(async move {
+            while let Some(message) = stream.next().await {
+                if let Some((signal, _)) = lock_channels(&channels).get(message.get_channel_name())
+                {
+                    signal.send_modify(|count| *count += 1);
+                }
+            }
+            // Waiters fall back to their timeouts (the holder's remaining lease) until the
+            // next subscription reconnects.
+            reader_alive.store(false, Ordering::Release);
+            tracing::warn!("redis pub/sub connection closed");
+        });
+        let listened: Vec<String> = {
+            let mut channels = lock_channels(&self.channels);
+            channels.retain(|_, (_, listeners)| *listeners > 0);
+            channels.keys().cloned().collect()
+        };
+        if !listened.is_empty() {
+            sink.subscribe(&listened)
+                .await
+                .map_err(backend_error("subscribe"))?;
+        }
+        Ok(Subscriber { sink, alive })
+    }
+
+    async fn subscribe(&self, channel: &str) -> Result<watch::Receiver<u64>> {
+        let mut slot = self.subscriber.lock().await;
+        let (receiver, first) = {
+            let mut channels = lock_channels(&self.channels);
+            let entry = channels
+                .entry(channel.to_owned())
+                .or_insert_with(|| (watch::channel(0).0, 0));
+            entry.1 += 1;
+            (entry.0.subscribe(), entry.1 == 1)
+        };
+        let needs_connection = slot
+            .as_ref()
+            .is_none_or(|s| !s.alive.load(Ordering::Acquire));
+        let result = if needs_connection {
+            // A new connection subscribes to every listened channel, this one included.
+            self.connect()
+                .await
+                .map(|subscriber| *slot = Some(subscriber))
+        } else if let (true, Some(subscriber)) = (first, slot.as_mut()) {
+            subscriber
+                .sink
+                .subscribe(channel)
+                .await
+                .map_err(backend_error("subscribe"))
+        } else {
+            Ok(())
+        };
+        if let Err(error) = result {
+            *slot = None;
+            self.leave(channel);
+            return Err(error);
+        }
+        Ok(receiver)
+    }
+
+    /// One listener fewer; returns true when nobody listens on `channel` any more.
+    fn leave(&self, channel: &str) -> bool {
+        let mut channels = lock_channels(&self.channels);
+        match channels.get_mut(channel) {
+            Some((_, listeners)) => {
+                *listeners = listeners.saturating_sub(1);
+                *listeners == 0
+            }
+            None => false,
+        }
+    }
+
+    /// Unsubscribes from `channel` if still nobody listens (checked under the subscriber's
+    /// lock, so a subscription made meanwhile wins).
+    async fn unsubscribe_if_idle(&self, channel: String) {
+        let mut slot = self.subscriber.lock().await;
+        let idle = {
+            let mut channels = lock_channels(&self.channels);
+            let idle = channels.get(&channel).is_some_and(|(_, n)| *n == 0);
+            if idle {
+                channels.remove(&channel);
+            }
+            idle
+        };
+        if idle
+            && let Some(subscriber) = slot.as_mut()
+            && subscriber.sink.unsubscribe(&channel).await.is_err()
+        {
+            *slot = None;
+        }
+    }
+}
+
+struct RedisWaiter {
+    hub: Arc<ReleaseHub>,
+    channel: String,
+    receiver: watch::Receiver<u64>,
+}
+
+#[async_trait]
+impl ReleaseWaiter for RedisWaiter {
+    async fn wait(&mut self, max: Duration) {
+        match tokio::time::timeout(max, self.receiver.changed()).await {
+            Ok(Ok(())) | Err(_) => {}
+            // The hub dropped the channel; wait out the timeout instead.
+            Ok(Err(_)) => tokio::time::sleep(max).await,
+        }
+    }
+}
+
+impl Drop for RedisWaiter {
+    fn drop(&mut self) {
+        if self.hub.leave(&self.channel)
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (hub, channel) = (self.hub.clone(), std::mem::take(&mut self.channel));
+            drop(runtime.spawn(async move { hub.unsubscribe_if_idle(channel).await }));
+        }
+    }
+}
