@@ -164,7 +164,7 @@ fn bad_input_exits_2_with_one_line() {
         &[
             "bench",
             "--backend",
-            "redis://127.0.0.1",
+            "etcd://127.0.0.1",
             "--duration-s",
             "1",
         ],
@@ -230,11 +230,17 @@ cross_process_suite! {
         let dir = tempfile::tempdir().unwrap();
         (sqlite_url(dir.path()), dir)
     };
+    redis => (redis_url(), ());
+}
+
+/// The Redis server `scripts/test` makes sure of (`DISTLOCK_REDIS_URL` overrides).
+fn redis_url() -> String {
+    std::env::var("DISTLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
 }
 
 async fn killed_holder_frees_its_lock(url: &str) {
     let lease = Duration::from_millis(1000);
-    let name = format!("killed/{}", std::process::id());
+    let name = format!("killed/{}/{}", std::process::id(), fastrand::u64(..));
     let (mut holder, token) = spawn_holder(url, &name, lease.as_millis() as u64);
     let locks = distlock::connect(url).await.unwrap();
     assert!(locks.is_locked(&name).await.unwrap());
