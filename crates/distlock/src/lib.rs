@@ -37,9 +37,10 @@
 //! |---|---|---|---|---|
 //! | `memory://` or `memory://NAME` | this process only | always on | in arrival order | when the lease ends |
 //! | `sqlite:///path/locks.db` | table-record lock in an SQLite file (one machine) | `sqlite` (default) | in arrival order (`?fair=false`: first to ask) | when the lease ends |
+//! | `redis://host:6379/` | reentrant lock in Lua scripts, pub/sub wake-up (standalone server) | `redis` | first to ask after the release | when the lease ends |
 //!
-//! Redis, ZooKeeper, etcd, PostgreSQL and MySQL backends are planned; their schemes answer
-//! with [`Error::NotYetAvailable`] until then.
+//! Redis Sentinel and Cluster, ZooKeeper, etcd, PostgreSQL and MySQL backends are planned;
+//! their schemes answer with [`Error::NotYetAvailable`] until then.
 //!
 //! # Ownership, leases and loss
 //!
