@@ -21,6 +21,7 @@ const STRATEGIES: &[(&str, &str)] = &[
     ("none", "no lock: read, think, write"),
     ("in-process", "a Rust mutex in each process"),
     ("table-lock", "distlock's SQLite table-record lock"),
+    ("redis", "distlock's Redis reentrant lock"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,7 @@ enum Strategy {
     None,
     InProcess,
     TableLock,
+    Redis,
 }
 
 impl Strategy {
@@ -36,6 +38,7 @@ impl Strategy {
             "none" => Ok(Strategy::None),
             "in-process" => Ok(Strategy::InProcess),
             "table-lock" => Ok(Strategy::TableLock),
+            "redis" => Ok(Strategy::Redis),
             _ => {
                 let known: Vec<&str> = STRATEGIES.iter().map(|(name, _)| *name).collect();
                 Err(Failure::usage(format!(
@@ -51,6 +54,7 @@ impl Strategy {
             Strategy::None => "none",
             Strategy::InProcess => "in-process",
             Strategy::TableLock => "table-lock",
+            Strategy::Redis => "redis",
         }
     }
 }
@@ -62,6 +66,9 @@ pub struct WorkerArgs {
     db: PathBuf,
     #[arg(long)]
     strategy: String,
+    /// The distlock backend of a locking strategy.
+    #[arg(long)]
+    lock_url: Option<String>,
     #[arg(long)]
     orders: u64,
     #[arg(long)]
@@ -99,9 +106,46 @@ struct Outcome {
     exact: bool,
 }
 
+/// A strategy that could not run, and why.
+#[derive(Debug, Serialize)]
+struct Unavailable {
+    strategy: &'static str,
+    available: bool,
+    reason: String,
+}
+
+/// The distlock backend a strategy locks with, if it uses one.
+fn lock_url(strategy: Strategy, db: &Path, args: &DemoArgs) -> Option<String> {
+    match strategy {
+        Strategy::TableLock => Some(format!("sqlite://{}", db.display())),
+        Strategy::Redis => Some(args.redis.clone()),
+        Strategy::None | Strategy::InProcess => None,
+    }
+}
+
+/// Connects to a strategy's backend and asks it once, so that a missing server is reported
+/// as a reason instead of failing every worker.
+async fn check_backend(url: &str) -> Result<(), String> {
+    let connected = tokio::time::timeout(Duration::from_secs(3), async {
+        let locks = distlock::connect(url).await?;
+        locks.ping().await
+    })
+    .await;
+    match connected {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err(format!("{url} did not answer within 3 s")),
+    }
+}
+
 pub async fn run(args: DemoArgs) -> CliResult {
     let strategies = if args.strategies.is_empty() {
-        vec![Strategy::None, Strategy::InProcess, Strategy::TableLock]
+        vec![
+            Strategy::None,
+            Strategy::InProcess,
+            Strategy::TableLock,
+            Strategy::Redis,
+        ]
     } else {
         args.strategies
             .iter()
@@ -126,12 +170,27 @@ pub async fn run(args: DemoArgs) -> CliResult {
         );
     }
     let mut outcomes = Vec::new();
+    let mut unavailable = Vec::new();
+    if !args.json {
+        print_header();
+    }
     for strategy in strategies {
-        let outcome = run_strategy(&args, &db, &store, strategy).await?;
-        if !args.json {
-            if outcomes.is_empty() {
-                print_header();
+        let url = lock_url(strategy, &db, &args);
+        if let Some(url) = &url
+            && let Err(reason) = check_backend(url).await
+        {
+            if !args.json {
+                println!("{:<12} unavailable: {reason}", strategy.name());
             }
+            unavailable.push(Unavailable {
+                strategy: strategy.name(),
+                available: false,
+                reason,
+            });
+            continue;
+        }
+        let outcome = run_strategy(&args, &db, &store, strategy, url).await?;
+        if !args.json {
             print_row(&outcome);
         }
         outcomes.push(outcome);
@@ -144,6 +203,7 @@ pub async fn run(args: DemoArgs) -> CliResult {
             "stock": args.stock,
             "hold_ms": args.hold_ms,
             "results": outcomes,
+            "unavailable": unavailable,
         });
         println!("{report}");
     } else {
@@ -170,6 +230,7 @@ async fn run_strategy(
     db: &Path,
     store: &Store,
     strategy: Strategy,
+    lock_url: Option<String>,
 ) -> CliResult<Outcome> {
     let initial = i64::try_from(args.stock).map_err(Failure::usage)?;
     store.set(initial).await?;
@@ -177,7 +238,7 @@ async fn run_strategy(
     let argument_lists = (0..workers)
         .map(|index| {
             let share = args.orders / workers + u64::from(index < args.orders % workers);
-            vec![
+            let mut arguments = vec![
                 "demo-worker".to_owned(),
                 "--db".to_owned(),
                 db.display().to_string(),
@@ -189,7 +250,11 @@ async fn run_strategy(
                 args.tasks.to_string(),
                 "--hold-ms".to_owned(),
                 args.hold_ms.to_string(),
-            ]
+            ];
+            if let Some(url) = &lock_url {
+                arguments.extend(["--lock-url".to_owned(), url.clone()]);
+            }
+            arguments
         })
         .collect();
     let mut fleet = Fleet::start(argument_lists).await?;
@@ -259,11 +324,15 @@ fn print_row(o: &Outcome) {
 pub async fn worker(args: WorkerArgs) -> CliResult {
     let strategy = Strategy::parse(&args.strategy)?;
     let store = Store::open(&args.db)?;
-    let locks = match strategy {
-        Strategy::TableLock => {
-            Some(distlock::connect(&format!("sqlite://{}", args.db.display())).await?)
+    let locks = match (strategy, &args.lock_url) {
+        (Strategy::None | Strategy::InProcess, _) => None,
+        (_, Some(url)) => Some(distlock::connect(url).await?),
+        (_, None) => {
+            return Err(Failure::usage(format!(
+                "strategy {} needs --lock-url",
+                strategy.name()
+            )));
         }
-        Strategy::None | Strategy::InProcess => None,
     };
     let process_mutex = Arc::new(tokio::sync::Mutex::new(()));
     let remaining = Arc::new(AtomicU64::new(args.orders));

@@ -62,7 +62,10 @@ fn sqlite_url(dir: &Path) -> String {
 
 #[test]
 fn demo_oversells_without_a_lock_and_is_exact_with_the_table_lock() {
-    let output = distlock(&["demo", "--json", "--stock", "30", "--orders", "120"]);
+    let redis = redis_url();
+    let output = distlock(&[
+        "demo", "--json", "--stock", "30", "--orders", "120", "--redis", &redis,
+    ]);
     let report = stdout_json(&output);
     let results = report["results"].as_array().expect("results");
     let row = |name: &str| {
@@ -77,11 +80,38 @@ fn demo_oversells_without_a_lock_and_is_exact_with_the_table_lock() {
         let damage = r["oversold"].as_u64().unwrap() as i64 + r["lost_updates"].as_i64().unwrap();
         assert!(damage > 0, "{broken}: {r}");
     }
-    let r = row("table-lock");
-    assert_eq!(r["exact"], true, "{r}");
-    assert_eq!(r["accepted"], 30);
-    assert_eq!(r["final_stock"], 0);
-    assert_eq!(r["refused"], 90);
+    for exact in ["table-lock", "redis"] {
+        let r = row(exact);
+        assert_eq!(r["exact"], true, "{r}");
+        assert_eq!(r["accepted"], 30, "{r}");
+        assert_eq!(r["final_stock"], 0, "{r}");
+        assert_eq!(r["refused"], 90, "{r}");
+    }
+}
+
+#[test]
+fn demo_lists_a_strategy_whose_server_is_missing_as_unavailable() {
+    // Port 1 on loopback: nothing listens there.
+    let output = distlock(&[
+        "demo",
+        "--json",
+        "--strategy",
+        "redis",
+        "--strategy",
+        "none",
+        "--redis",
+        "redis://127.0.0.1:1/",
+        "--orders",
+        "10",
+    ]);
+    let report = stdout_json(&output);
+    assert_eq!(report["results"].as_array().unwrap().len(), 1, "{report}");
+    let unavailable = &report["unavailable"][0];
+    assert_eq!(unavailable["strategy"], "redis", "{report}");
+    assert!(
+        unavailable["reason"].as_str().unwrap().contains("refused"),
+        "{report}"
+    );
 }
 
 #[test]

@@ -24,7 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use redis::Script;
-use redis::aio::{ConnectionManager, PubSubSink};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
 use tokio::sync::watch;
 
 use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released};
@@ -164,8 +164,12 @@ impl RedisBackend {
                 format!("{e}; write redis://[user:password@]host[:port][/db]"),
             )
         })?;
+        // Fail fast on a server that is not there; reconnects later retry with backoff.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(2);
         let connection = client
-            .get_connection_manager()
+            .get_connection_manager_with_config(config)
             .await
             .map_err(backend_error("connect"))?;
         Ok(RedisBackend {
