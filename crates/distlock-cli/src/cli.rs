@@ -41,7 +41,8 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Strategy to run (repeatable): none, in-process, table-lock, redis. Default: all; a
+    /// Strategy to run (repeatable): none, in-process, table-lock, redis,
+    /// redis-spin. Default: all; a
     /// strategy whose server does not answer is listed as unavailable, with the reason.
     #[arg(long = "strategy", value_name = "NAME")]
     pub strategies: Vec<String>,
@@ -68,7 +69,7 @@ pub struct DemoArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// The Redis server of the redis strategy.
+    /// The Redis server of the redis and redis-spin strategies.
     #[arg(long, default_value = "redis://127.0.0.1:6379/")]
     pub redis: String,
 }

@@ -22,6 +22,7 @@ const STRATEGIES: &[(&str, &str)] = &[
     ("in-process", "a Rust mutex in each process"),
     ("table-lock", "distlock's SQLite table-record lock"),
     ("redis", "distlock's Redis reentrant lock"),
+    ("redis-spin", "distlock's Redis spin lock"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +31,7 @@ enum Strategy {
     InProcess,
     TableLock,
     Redis,
+    RedisSpin,
 }
 
 impl Strategy {
@@ -39,6 +41,7 @@ impl Strategy {
             "in-process" => Ok(Strategy::InProcess),
             "table-lock" => Ok(Strategy::TableLock),
             "redis" => Ok(Strategy::Redis),
+            "redis-spin" => Ok(Strategy::RedisSpin),
             _ => {
                 let known: Vec<&str> = STRATEGIES.iter().map(|(name, _)| *name).collect();
                 Err(Failure::usage(format!(
@@ -55,6 +58,7 @@ impl Strategy {
             Strategy::InProcess => "in-process",
             Strategy::TableLock => "table-lock",
             Strategy::Redis => "redis",
+            Strategy::RedisSpin => "redis-spin",
         }
     }
 }
@@ -119,6 +123,7 @@ fn lock_url(strategy: Strategy, db: &Path, args: &DemoArgs) -> Option<String> {
     match strategy {
         Strategy::TableLock => Some(format!("sqlite://{}", db.display())),
         Strategy::Redis => Some(args.redis.clone()),
+        Strategy::RedisSpin => Some(args.redis.replacen("redis://", "redis+spin://", 1)),
         Strategy::None | Strategy::InProcess => None,
     }
 }
@@ -145,6 +150,7 @@ pub async fn run(args: DemoArgs) -> CliResult {
             Strategy::InProcess,
             Strategy::TableLock,
             Strategy::Redis,
+            Strategy::RedisSpin,
         ]
     } else {
         args.strategies

@@ -80,7 +80,7 @@ fn demo_oversells_without_a_lock_and_is_exact_with_the_table_lock() {
         let damage = r["oversold"].as_u64().unwrap() as i64 + r["lost_updates"].as_i64().unwrap();
         assert!(damage > 0, "{broken}: {r}");
     }
-    for exact in ["table-lock", "redis"] {
+    for exact in ["table-lock", "redis", "redis-spin"] {
         let r = row(exact);
         assert_eq!(r["exact"], true, "{r}");
         assert_eq!(r["accepted"], 30, "{r}");
@@ -261,6 +261,7 @@ cross_process_suite! {
         (sqlite_url(dir.path()), dir)
     };
     redis => (redis_url(), ());
+    redis_spin => (redis_url().replacen("redis://", "redis+spin://", 1), ());
 }
 
 /// The Redis server `scripts/test` makes sure of (`DISTLOCK_REDIS_URL` overrides).

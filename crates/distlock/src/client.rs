@@ -477,15 +477,19 @@ async fn renew_all(inner: &ClientInner) {
             Ok(Ok(renewed)) => {
                 let mut registry = inner.registry();
                 for ((key, grant), still_held) in chunk.iter().zip(renewed) {
-                    if still_held {
-                        if let Some(slot) = registry.slots.get_mut(key)
-                            && Arc::ptr_eq(&slot.grant, grant)
-                            && slot.renew
-                        {
-                            slot.deadline = start + lease;
-                        }
-                    } else {
+                    // A lock released while this request was in flight is no longer
+                    // registered: its "not held" is the release, not a loss.
+                    let Some(slot) = registry
+                        .slots
+                        .get_mut(key)
+                        .filter(|slot| Arc::ptr_eq(&slot.grant, grant))
+                    else {
+                        continue;
+                    };
+                    if !still_held {
                         grant.mark_lost(&key.0, "a renewal found the lock no longer held");
+                    } else if slot.renew {
+                        slot.deadline = start + lease;
                     }
                 }
                 tracing::debug!(locks = locks.len(), "renewed");

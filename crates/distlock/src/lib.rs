@@ -38,6 +38,7 @@
 //! | `memory://` or `memory://NAME` | this process only | always on | in arrival order | when the lease ends |
 //! | `sqlite:///path/locks.db` | table-record lock in an SQLite file (one machine) | `sqlite` (default) | in arrival order (`?fair=false`: first to ask) | when the lease ends |
 //! | `redis://host:6379/` | reentrant lock in Lua scripts, pub/sub wake-up (standalone server) | `redis` | first to ask after the release | when the lease ends |
+//! | `redis+spin://host:6379/` | the same lock, waiters poll with backoff (the spin lock) | `redis` | first poll after the release | when the lease ends |
 //!
 //! Redis Sentinel and Cluster, ZooKeeper, etcd, PostgreSQL and MySQL backends are planned;
 //! their schemes answer with [`Error::NotYetAvailable`] until then.
@@ -87,7 +88,6 @@ pub use crate::name::{LockName, MAX_NAME_BYTES};
 /// Schemes of backends that later releases add.
 const PLANNED: &[&str] = &[
     "rediss",
-    "redis+spin",
     "redis+sentinel",
     "redis+cluster",
     "zk",
@@ -143,10 +143,10 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
             feature: "sqlite",
         }),
         #[cfg(feature = "redis")]
-        "redis" => Ok(Arc::new(crate::redis::RedisBackend::connect(url).await?)),
+        "redis" | "redis+spin" => Ok(Arc::new(crate::redis::RedisBackend::connect(url).await?)),
         #[cfg(not(feature = "redis"))]
-        "redis" => Err(Error::FeatureDisabled {
-            scheme: "redis".into(),
+        "redis" | "redis+spin" => Err(Error::FeatureDisabled {
+            scheme: scheme.into(),
             feature: "redis",
         }),
         _ if PLANNED.contains(&scheme) => Err(Error::NotYetAvailable {

@@ -12,8 +12,14 @@
 //! Commands share one multiplexed, reconnecting connection; waiters share one pub/sub
 //! connection per client, opened on first use.
 //!
-//! URL: `redis://[user:password@]host[:port][/db]`. Standalone servers only in this release;
-//! Sentinel and Cluster are planned.
+//! The spin lock (MISSION §2, `redis+spin://`) takes and releases locks with the same scripts
+//! (the acquire script is `SET key owner NX PX lease` extended with re-entry and a fencing
+//! token; release deletes only the owner's lock) but waits differently: it never subscribes,
+//! it asks again after a sleep that grows from 1 ms to 32 ms, with jitter. Every waiter polls
+//! the server, and a handoff waits for the next poll: that is the contrast it exists for.
+//!
+//! URL: `redis://[user:password@]host[:port][/db]` or `redis+spin://...`. Standalone servers
+//! only in this release; Sentinel and Cluster are planned.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -135,7 +141,12 @@ pub struct RedisBackend {
     connection: ConnectionManager,
     scripts: Arc<Scripts>,
     releases: Arc<ReleaseHub>,
+    /// Wait by polling instead of pub/sub.
+    spin: bool,
 }
+
+const SPIN_FIRST: Duration = Duration::from_millis(1);
+const SPIN_MAX: Duration = Duration::from_millis(32);
 
 impl fmt::Debug for RedisBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -152,13 +163,17 @@ fn millis(duration: Duration) -> u64 {
 }
 
 impl RedisBackend {
-    /// Connects to the server a `redis://` URL names.
+    /// Connects to the server a `redis://` or `redis+spin://` URL names.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a URL the `redis` crate cannot parse; [`Error::Backend`]
     /// when the server cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
-        let client = redis::Client::open(url).map_err(|e| {
+        let (url, spin) = match url.strip_prefix("redis+spin://") {
+            Some(rest) => (format!("redis://{rest}"), true),
+            None => (url.to_owned(), false),
+        };
+        let client = redis::Client::open(url.as_str()).map_err(|e| {
             Error::invalid(
                 "URL",
                 format!("{e}; write redis://[user:password@]host[:port][/db]"),
@@ -186,6 +201,7 @@ impl RedisBackend {
                 subscriber: tokio::sync::Mutex::new(None),
                 channels: Arc::new(StdMutex::new(HashMap::new())),
             }),
+            spin,
         })
     }
 }
@@ -193,7 +209,7 @@ impl RedisBackend {
 #[async_trait]
 impl Backend for RedisBackend {
     fn scheme(&self) -> &'static str {
-        SCHEME
+        if self.spin { "redis+spin" } else { SCHEME }
     }
 
     async fn ping(&self) -> Result<()> {
@@ -239,6 +255,9 @@ impl Backend for RedisBackend {
     }
 
     async fn subscribe(&self, name: &LockName, _owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
+        if self.spin {
+            return Ok(Box::new(SpinWaiter { sleep: SPIN_FIRST }));
+        }
         let channel = Keys::of(name).channel;
         let receiver = self.releases.subscribe(&channel).await?;
         Ok(Box::new(RedisWaiter {
@@ -464,6 +483,21 @@ impl ReleaseHub {
         {
             *slot = None;
         }
+    }
+}
+
+/// The spin lock's waiting: sleep, then let the caller ask again.
+struct SpinWaiter {
+    sleep: Duration,
+}
+
+#[async_trait]
+impl ReleaseWaiter for SpinWaiter {
+    async fn wait(&mut self, max: Duration) {
+        // Jitter keeps waiters that started together from asking together.
+        let nap = self.sleep.mul_f64(0.5 + fastrand::f64());
+        self.sleep = (self.sleep * 2).min(SPIN_MAX);
+        tokio::time::sleep(nap.min(max)).await;
     }
 }
 

@@ -22,11 +22,13 @@ fn sqlite(query: &str) -> Target {
 /// The Redis server the tests use: `DISTLOCK_REDIS_URL`, or the local default. `scripts/test`
 /// starts it when it is not running; a test fails, never skips, when it cannot be reached.
 #[cfg(feature = "redis")]
-fn redis() -> Target {
-    let url =
-        std::env::var("DISTLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+fn redis(scheme: &str) -> Target {
+    let url = std::env::var("DISTLOCK_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+        .replacen("redis://", &format!("{scheme}://"), 1);
     let address = url
-        .trim_start_matches("redis://")
+        .split_once("://")
+        .map_or("", |(_, rest)| rest)
         .split(['/', '?'])
         .next()
         .unwrap_or_default()
@@ -42,7 +44,9 @@ fn redis() -> Target {
 
 distlock::conformance_suite!(memory, memory());
 #[cfg(feature = "redis")]
-distlock::conformance_suite!(redis, redis());
+distlock::conformance_suite!(redis, redis("redis"));
+#[cfg(feature = "redis")]
+distlock::conformance_suite!(redis_spin, redis("redis+spin"));
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_waiters_are_served_in_order() {
