@@ -146,3 +146,75 @@ mod sqlite_fair_mode {
         guard.release().await.unwrap();
     }
 }
+
+#[cfg(feature = "redis")]
+mod redis_server_loss {
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use distlock::ConnectOptions;
+
+    /// A redis-server of this test's own on a free loopback port, ended when dropped.
+    struct OwnRedis {
+        child: Child,
+        port: u16,
+    }
+
+    impl OwnRedis {
+        fn start() -> Self {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let child = Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--save", "", "--appendonly", "no"])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server is installed (scripts/test installs it)");
+            let start = Instant::now();
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "redis-server did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            OwnRedis { child, port }
+        }
+    }
+
+    impl Drop for OwnRedis {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// When the server goes away, renewals fail and `lost()` fires once the lease the client
+    /// last secured has run out: within one lease of the server's death, never "never".
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lost_fires_when_the_server_is_gone_for_a_lease() {
+        let mut server = OwnRedis::start();
+        let url = format!("redis://127.0.0.1:{}/", server.port);
+        let lease = Duration::from_millis(600);
+        let locks = distlock::connect_with(&url, ConnectOptions::new().lease(lease))
+            .await
+            .unwrap();
+        let guard = locks.mutex("server-loss").unwrap().acquire().await.unwrap();
+        tokio::time::sleep(lease).await;
+        assert!(!guard.is_lost(), "lost while the server was up");
+        server.child.kill().unwrap();
+        server.child.wait().unwrap();
+        let killed = Instant::now();
+        let lost = tokio::time::timeout(lease * 5, guard.lost())
+            .await
+            .expect("lost() never fired with the server gone");
+        assert!(lost.is_lock_lost());
+        let after = killed.elapsed();
+        assert!(
+            after <= lease + Duration::from_millis(300),
+            "lost {after:?} after the kill"
+        );
+    }
+}
