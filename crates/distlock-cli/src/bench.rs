@@ -122,6 +122,68 @@ struct Report {
     rtt: Stats,
     uncontended: Uncontended,
     contention: Contention,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    renewal: Option<Renewal>,
+}
+
+/// The watchdog's cost: one client holding many renewed locks.
+#[derive(Debug, Serialize)]
+struct Renewal {
+    locks: u64,
+    lease_ms: u64,
+    seconds: u64,
+    renewal_requests: u64,
+    requests_per_10_s: f64,
+    requests_per_100_locks_per_10_s: f64,
+    /// Locks the client knows lost at the end (should be 0).
+    lost: usize,
+    /// Time to acquire all the locks, one after another.
+    acquire_s: f64,
+}
+
+/// Acquires `locks` renewed locks with one client, waits, and counts renewal requests.
+async fn renewal_phase(
+    locks_client: &distlock::Locks,
+    run_id: &str,
+    count: u64,
+    seconds: u64,
+    progress: &mut Progress,
+) -> CliResult<Renewal> {
+    let start = Instant::now();
+    let mut guards = Vec::new();
+    for i in 0..count {
+        let mutex = locks_client.mutex(format!("bench/{run_id}/renewal/{i}"))?;
+        guards.push(mutex.acquire().await?);
+        progress.show("acquiring the renewed locks", i + 1, count);
+    }
+    progress.finish();
+    let acquire_s = start.elapsed().as_secs_f64();
+    let before = locks_client.renewal_requests();
+    let total = seconds * 1000;
+    let phase = Instant::now();
+    while phase.elapsed() < Duration::from_secs(seconds) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let done = u64::try_from(phase.elapsed().as_millis()).unwrap_or(total);
+        progress.show("holding under renewal", done.min(total), total);
+    }
+    progress.finish();
+    let renewal_requests = locks_client.renewal_requests() - before;
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    for guard in guards {
+        // Release errors (a lock lost meanwhile) are counted above, not fatal here.
+        let _ = guard.release().await;
+    }
+    let requests_per_10_s = renewal_requests as f64 * 10.0 / seconds as f64;
+    Ok(Renewal {
+        locks: count,
+        lease_ms: u64::try_from(locks_client.lease().as_millis()).unwrap_or(u64::MAX),
+        seconds,
+        renewal_requests,
+        requests_per_10_s,
+        requests_per_100_locks_per_10_s: requests_per_10_s * 100.0 / count as f64,
+        lost,
+        acquire_s,
+    })
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -209,11 +271,28 @@ pub async fn run(args: BenchArgs) -> CliResult {
     progress.finish();
     let contention = analyse(&args, &rtt, &reports)?;
 
+    // 4. Optionally, the watchdog's cost.
+    let renewal = if args.renewal_locks > 0 {
+        Some(
+            renewal_phase(
+                &locks,
+                &run_id,
+                args.renewal_locks,
+                args.renewal_s,
+                &mut progress,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+
     let report = Report {
         backend: args.backend.clone(),
         rtt,
         uncontended,
         contention,
+        renewal,
     };
     if let Some(path) = &args.plot {
         write_plot(path, &report, &reports)?;
@@ -367,6 +446,18 @@ fn print_report(r: &Report) {
             format!("VIOLATED ({} overlapping acquisitions)", c.overlaps)
         }
     );
+    if let Some(r) = &r.renewal {
+        println!(
+            "renewal                      {} locks held {} s (lease {} ms): {} renewal requests = {:.1} per 10 s = {:.3} per 100 locks per 10 s; {} lost",
+            r.locks,
+            r.seconds,
+            r.lease_ms,
+            r.renewal_requests,
+            r.requests_per_10_s,
+            r.requests_per_100_locks_per_10_s,
+            r.lost
+        );
+    }
 }
 
 /// Draws the handoff-gap histogram as an SVG file.

@@ -94,6 +94,13 @@ pub struct BenchArgs {
     /// Round trips to time for the baseline.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub rtt_samples: u64,
+    /// Also hold this many locks with one client for --renewal-s seconds and count the
+    /// renewal requests it sends (the watchdog's cost). 0 skips the phase.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub renewal_locks: u64,
+    /// Seconds of the renewal phase.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub renewal_s: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -162,6 +162,10 @@ fn bench_reports_every_figure_and_draws_the_plot() {
         "50",
         "--plot",
         plot.to_str().unwrap(),
+        "--renewal-locks",
+        "20",
+        "--renewal-s",
+        "1",
     ]);
     let report = stdout_json(&output);
     assert!(report["rtt"]["mean_ms"].as_f64().unwrap() > 0.0);
@@ -178,6 +182,8 @@ fn bench_reports_every_figure_and_draws_the_plot() {
         3
     );
     assert!(contention["handoff_gap"]["p50_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["renewal"]["locks"], 20, "{report}");
+    assert_eq!(report["renewal"]["lost"], 0, "{report}");
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("<rect"), "{svg}");
 }
