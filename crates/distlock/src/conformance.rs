@@ -110,6 +110,25 @@ async fn client(url: &str) -> Locks {
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
+/// Acquires `name` with a fixed `lease`, waiting as long as it takes.
+async fn hold_for(locks: &Locks, name: &str, lease: Duration) -> crate::Guard {
+    locks
+        .mutex(name)
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(lease))
+        .await
+        .unwrap_or_else(|e| panic!("acquire {name:?}: {e}"))
+}
+
+/// Acquires `name` with the client's renewed lease, waiting at most `wait`.
+async fn acquire_within(locks: &Locks, name: &str, wait: Duration) -> crate::Result<crate::Guard> {
+    locks
+        .mutex(name)
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(wait))
+        .await
+}
+
 async fn short_lease_client(url: &str) -> Locks {
     crate::connect_with(url, ConnectOptions::new().lease(SHORT_LEASE))
         .await
@@ -206,16 +225,8 @@ pub async fn fixed_lease_expires(url: &str) {
     let locks = client(url).await;
     let lease = Duration::from_millis(300);
     let start = Instant::now();
-    let first = locks
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(AcquireOptions::new().lease(lease))
-        .await
-        .unwrap();
-    let second = locks
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+    let first = hold_for(&locks, name.as_str(), lease).await;
+    let second = acquire_within(&locks, name.as_str(), Duration::from_secs(10))
         .await
         .expect("the lease did not free the lock");
     assert!(
@@ -307,16 +318,8 @@ pub async fn reentrant_holds_count(url: &str) {
 pub async fn non_owner_cannot_release_or_extend(url: &str) {
     let name = unique("non_owner");
     let locks = client(url).await;
-    let stale = locks
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(200)))
-        .await
-        .unwrap();
-    let holder = locks
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+    let stale = hold_for(&locks, name.as_str(), Duration::from_millis(200)).await;
+    let holder = acquire_within(&locks, name.as_str(), Duration::from_secs(10))
         .await
         .unwrap();
     let err = stale
@@ -348,12 +351,7 @@ pub async fn fencing_tokens_strictly_increase(url: &str) {
     let g = b.mutex(name.as_str()).unwrap().acquire().await.unwrap();
     check(g.fencing_token(), "grant to another client");
     g.release().await.unwrap();
-    let g = a
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(100)))
-        .await
-        .unwrap();
+    let g = hold_for(&a, name.as_str(), Duration::from_millis(100)).await;
     check(g.fencing_token(), "fixed-lease grant");
     let _ = g.lost().await;
     let g2 = b.mutex(name.as_str()).unwrap().acquire().await.unwrap();
@@ -368,12 +366,7 @@ pub async fn fencing_tokens_strictly_increase(url: &str) {
 pub async fn lost_fires_on_expiry(url: &str) {
     let name = unique("lost_expiry");
     let locks = client(url).await;
-    let guard = locks
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(500)))
-        .await
-        .unwrap();
+    let guard = hold_for(&locks, name.as_str(), Duration::from_millis(500)).await;
     assert!(!guard.is_lost());
     let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
@@ -520,10 +513,7 @@ pub async fn cancelled_acquire_leaves_nothing(url: &str) {
     }
     tracing::debug!(cut_mid_request, "acquires dropped mid-request");
     let other = client(url).await;
-    let guard = other
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(5)))
+    let guard = acquire_within(&other, name.as_str(), Duration::from_secs(5))
         .await
         .expect("a cancelled acquire left the lock held");
     guard.release().await.unwrap();
@@ -619,10 +609,7 @@ pub async fn dropped_guard_releases_in_background(url: &str) {
     drop(guard);
     let start = Instant::now();
     let other = client(url).await;
-    let guard = other
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(5)))
+    let guard = acquire_within(&other, name.as_str(), Duration::from_secs(5))
         .await
         .expect("a dropped guard kept the lock");
     assert!(start.elapsed() < Duration::from_secs(5));
@@ -633,12 +620,7 @@ pub async fn dropped_guard_releases_in_background(url: &str) {
 pub async fn extend_moves_the_lease_end(url: &str) {
     let name = unique("extend");
     let locks = client(url).await;
-    let guard = locks
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(AcquireOptions::new().lease(Duration::from_millis(300)))
-        .await
-        .unwrap();
+    let guard = hold_for(&locks, name.as_str(), Duration::from_millis(300)).await;
     guard.extend(Duration::from_secs(3)).await.expect("extend");
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(!guard.is_lost(), "lost at the old lease end");
