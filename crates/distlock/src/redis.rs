@@ -18,8 +18,14 @@
 //! it asks again after a sleep that grows from 1 ms to 32 ms, with jitter. Every waiter polls
 //! the server, and a handoff waits for the next poll: that is the contrast it exists for.
 //!
-//! URL: `redis://[user:password@]host[:port][/db]` or `redis+spin://...`. Standalone servers
-//! only in this release; Sentinel and Cluster are planned.
+//! Fair mode (the default for `redis://`) queues waiters first come, first served: a waiter
+//! joins a sorted set `distlock:{<name>}:queue` and marks itself seen every 250 ms in
+//! `distlock:{<name>}:seen`; a free lock goes only to the first waiter seen within the last
+//! second, and a release names that waiter in its announcement, so only it asks. `?fair=false`
+//! gives the Redisson race: every waiter is woken and the first to ask wins.
+//!
+//! URL: `redis://[user:password@]host[:port][/db][?fair=false]` or `redis+spin://...`.
+//! Standalone servers only in this release; Sentinel and Cluster are planned.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -60,8 +66,26 @@ end
 return {0, redis.call('pttl', lock)}
 ";
 
-/// KEYS: lock, channel. ARGV: owner.
+/// Lua: the first waiter of a fair queue whose ticket is fresh, removing stale ones; nil when
+/// none. Prefixed to the scripts that need it.
+const LIVE_HEAD: &str = r"
+local function live_head(queue, seen, stale)
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  while true do
+    local head = redis.call('zrange', queue, 0, 0)[1]
+    if not head then return nil end
+    local last = tonumber(redis.call('hget', seen, head) or '0')
+    if last + stale > now then return head end
+    redis.call('zrem', queue, head)
+    redis.call('hdel', seen, head)
+  end
+end
+";
+
+/// KEYS: lock, channel, queue, seen. ARGV: owner, stale ms.
 /// Returns the holds left (0: freed and announced), -1 when free, -2 when held by another.
+/// The announcement names the first queued waiter (fair mode) or is `*` (anyone).
 const RELEASE: &str = r"
 local lock, channel, owner = KEYS[1], KEYS[2], ARGV[1]
 if redis.call('hexists', lock, owner) == 0 then
@@ -71,8 +95,58 @@ end
 local holds = redis.call('hincrby', lock, owner, -1)
 if holds > 0 then return holds end
 redis.call('del', lock)
-redis.call('publish', channel, 'released')
+redis.call('publish', channel, live_head(KEYS[3], KEYS[4], tonumber(ARGV[2])) or '*')
 return 0
+";
+
+/// KEYS: lock, fence, queue, seen. ARGV: owner, lease ms, stale ms.
+/// As ACQUIRE, but a free lock goes only to the first live waiter of the queue (or anyone
+/// when nobody waits): returns {0, -3} when it is reserved for another.
+const ACQUIRE_FAIR: &str = r"
+local lock, fence, queue, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, lease = ARGV[1], tonumber(ARGV[2])
+if redis.call('exists', lock) == 1 then
+  if redis.call('hexists', lock, owner) == 1 then
+    local holds = redis.call('hincrby', lock, owner, 1)
+    if redis.call('pttl', lock) < lease then
+      redis.call('pexpire', lock, lease)
+    end
+    return {1, tonumber(redis.call('hget', lock, ':token')), holds}
+  end
+  return {0, redis.call('pttl', lock)}
+end
+local head = live_head(queue, seen, tonumber(ARGV[3]))
+if head and head ~= owner then return {0, -3} end
+redis.call('zrem', queue, owner)
+redis.call('hdel', seen, owner)
+local token = redis.call('incr', fence)
+redis.call('hset', lock, owner, 1, ':token', token)
+redis.call('pexpire', lock, lease)
+return {1, token, 1}
+";
+
+/// KEYS: queue, seen, ticket. ARGV: owner. Queues the owner at the back unless it is queued,
+/// and marks it seen now. Also the refresh.
+const ENQUEUE: &str = r"
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if not redis.call('zscore', KEYS[1], ARGV[1]) then
+  redis.call('zadd', KEYS[1], redis.call('incr', KEYS[3]), ARGV[1])
+end
+redis.call('hset', KEYS[2], ARGV[1], now)
+return 1
+";
+
+/// KEYS: lock, channel, queue, seen. ARGV: owner, stale ms. Leaves the queue; if the lock is
+/// free, names the next waiter.
+const LEAVE: &str = r"
+redis.call('zrem', KEYS[3], ARGV[1])
+redis.call('hdel', KEYS[4], ARGV[1])
+if redis.call('exists', KEYS[1]) == 0 then
+  local head = live_head(KEYS[3], KEYS[4], tonumber(ARGV[2]))
+  if head then redis.call('publish', KEYS[2], head) end
+end
+return 1
 ";
 
 /// KEYS: lock. ARGV: owner, lease ms. Returns 1 when extended, -1 when free, -2 when held by
@@ -100,20 +174,28 @@ end
 return renewed
 ";
 
-/// KEYS: lock, channel. Returns 1 when the lock was held.
+/// KEYS: lock, channel, queue, seen. ARGV: stale ms. Returns 1 when the lock was held.
 const FORCE_UNLOCK: &str = r"
 if redis.call('del', KEYS[1]) == 1 then
-  redis.call('publish', KEYS[2], 'released')
+  redis.call('publish', KEYS[2], live_head(KEYS[3], KEYS[4], tonumber(ARGV[1])) or '*')
   return 1
 end
 return 0
 ";
+
+/// A queued waiter not seen for this long is skipped (fair mode).
+const TICKET_STALE: Duration = Duration::from_secs(1);
+/// How often a queued waiter marks itself seen, and asks again (fair mode).
+const TICKET_REFRESH: Duration = Duration::from_millis(250);
 
 /// The keys of one lock.
 struct Keys {
     lock: String,
     fence: String,
     channel: String,
+    queue: String,
+    seen: String,
+    ticket: String,
 }
 
 impl Keys {
@@ -123,16 +205,22 @@ impl Keys {
             lock: format!("distlock:{{{tag}}}:lock"),
             fence: format!("distlock:{{{tag}}}:fence"),
             channel: format!("distlock:{{{tag}}}:released"),
+            queue: format!("distlock:{{{tag}}}:queue"),
+            seen: format!("distlock:{{{tag}}}:seen"),
+            ticket: format!("distlock:{{{tag}}}:ticket"),
         }
     }
 }
 
 struct Scripts {
     acquire: Script,
+    acquire_fair: Script,
     release: Script,
     extend: Script,
     renew: Script,
     force_unlock: Script,
+    enqueue: Script,
+    leave: Script,
 }
 
 /// The reentrant lock on a standalone Redis server.
@@ -143,6 +231,8 @@ pub struct RedisBackend {
     releases: Arc<ReleaseHub>,
     /// Wait by polling instead of pub/sub.
     spin: bool,
+    /// Serve waiters first come, first served, waking only the first (the default).
+    fair: bool,
 }
 
 const SPIN_FIRST: Duration = Duration::from_millis(1);
@@ -173,6 +263,15 @@ impl RedisBackend {
             Some(rest) => (format!("redis://{rest}"), true),
             None => (url.to_owned(), false),
         };
+        let (url, fair) = take_fair_option(&url)?;
+        if fair == Some(true) && spin {
+            return Err(Error::invalid(
+                "URL",
+                "fair=true needs pub/sub wake-ups; use it with redis://, not redis+spin://",
+            ));
+        }
+        // Fair by default; the spin lock cannot be fair (nobody is told whose turn it is).
+        let fair = fair.unwrap_or(!spin);
         let client = redis::Client::open(url.as_str()).map_err(|e| {
             Error::invalid(
                 "URL",
@@ -191,10 +290,13 @@ impl RedisBackend {
             connection,
             scripts: Arc::new(Scripts {
                 acquire: Script::new(ACQUIRE),
-                release: Script::new(RELEASE),
+                acquire_fair: Script::new(&format!("{LIVE_HEAD}{ACQUIRE_FAIR}")),
+                release: Script::new(&format!("{LIVE_HEAD}{RELEASE}")),
                 extend: Script::new(EXTEND),
                 renew: Script::new(RENEW),
-                force_unlock: Script::new(FORCE_UNLOCK),
+                force_unlock: Script::new(&format!("{LIVE_HEAD}{FORCE_UNLOCK}")),
+                enqueue: Script::new(ENQUEUE),
+                leave: Script::new(&format!("{LIVE_HEAD}{LEAVE}")),
             }),
             releases: Arc::new(ReleaseHub {
                 client,
@@ -202,8 +304,37 @@ impl RedisBackend {
                 channels: Arc::new(StdMutex::new(HashMap::new())),
             }),
             spin,
+            fair,
         })
     }
+}
+
+/// Removes distlock's own `fair=true|false` from a Redis URL's query.
+fn take_fair_option(url: &str) -> Result<(String, Option<bool>)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut fair = None;
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("fair", "true" | "1")) => fair = Some(true),
+            Some(("fair", "false" | "0")) => fair = Some(false),
+            Some(("fair", other)) => {
+                return Err(Error::invalid(
+                    "URL",
+                    format!("fair={other:?} must be true or false"),
+                ));
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, fair))
 }
 
 #[async_trait]
@@ -227,17 +358,32 @@ impl Backend for RedisBackend {
         lease: Duration,
     ) -> Result<Acquired> {
         let keys = Keys::of(name);
-        let reply: Vec<i64> = self
-            .scripts
-            .acquire
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .arg(owner.as_str())
-            .arg(millis(lease))
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(backend_error("acquire"))?;
+        let reply: Vec<i64> = if self.fair {
+            self.scripts
+                .acquire_fair
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.queue)
+                .key(&keys.seen)
+                .arg(owner.as_str())
+                .arg(millis(lease))
+                .arg(millis(TICKET_STALE))
+                .invoke_async(&mut self.connection.clone())
+                .await
+        } else {
+            self.scripts
+                .acquire
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .arg(owner.as_str())
+                .arg(millis(lease))
+                .invoke_async(&mut self.connection.clone())
+                .await
+        }
+        .map_err(backend_error("acquire"))?;
         match reply.as_slice() {
+            // Free, but reserved for the first queued waiter.
+            [0, -3] => Ok(Acquired::Held { ttl: None }),
             [1, token, holds] => Ok(Acquired::Granted {
                 fencing_token: u64::try_from(*token).unwrap_or(0),
                 holds: u32::try_from(*holds).unwrap_or(u32::MAX),
@@ -254,17 +400,30 @@ impl Backend for RedisBackend {
         }
     }
 
-    async fn subscribe(&self, name: &LockName, _owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
+    async fn subscribe(&self, name: &LockName, owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
         if self.spin {
             return Ok(Box::new(SpinWaiter { sleep: SPIN_FIRST }));
         }
-        let channel = Keys::of(name).channel;
-        let receiver = self.releases.subscribe(&channel).await?;
-        Ok(Box::new(RedisWaiter {
+        let keys = Keys::of(name);
+        // Listen first, then queue: an announcement naming us cannot come before we listen.
+        let receiver = self.releases.subscribe(&keys.channel).await?;
+        let mut waiter = RedisWaiter {
             hub: self.releases.clone(),
-            channel,
+            channel: keys.channel.clone(),
             receiver,
-        }))
+            queued: None,
+        };
+        if self.fair {
+            let queued = Queued {
+                backend: self.clone(),
+                keys,
+                owner: owner.as_str().to_owned(),
+                refreshed: tokio::time::Instant::now(),
+            };
+            queued.enqueue().await?;
+            waiter.queued = Some(queued);
+        }
+        Ok(Box::new(waiter))
     }
 
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
@@ -274,7 +433,10 @@ impl Backend for RedisBackend {
             .release
             .key(&keys.lock)
             .key(&keys.channel)
+            .key(&keys.queue)
+            .key(&keys.seen)
             .arg(owner.as_str())
+            .arg(millis(TICKET_STALE))
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(backend_error("release"))?;
@@ -348,6 +510,9 @@ impl Backend for RedisBackend {
             .force_unlock
             .key(&keys.lock)
             .key(&keys.channel)
+            .key(&keys.queue)
+            .key(&keys.seen)
+            .arg(millis(TICKET_STALE))
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(backend_error("force unlock"))?;
@@ -372,11 +537,12 @@ struct Subscriber {
     alive: Arc<AtomicBool>,
 }
 
-type Channels = Arc<StdMutex<HashMap<String, (watch::Sender<u64>, usize)>>>;
+/// The last announcement on a channel: who may go (an owner, or `*` for anyone).
+type Announcement = watch::Sender<Arc<str>>;
+type ChannelMap = HashMap<String, (Announcement, usize)>;
+type Channels = Arc<StdMutex<ChannelMap>>;
 
-fn lock_channels(
-    channels: &StdMutex<HashMap<String, (watch::Sender<u64>, usize)>>,
-) -> std::sync::MutexGuard<'_, HashMap<String, (watch::Sender<u64>, usize)>> {
+fn lock_channels(channels: &StdMutex<ChannelMap>) -> std::sync::MutexGuard<'_, ChannelMap> {
     // Updates are single inserts and field writes: a poisoned map is still whole.
     channels.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -395,9 +561,12 @@ impl ReleaseHub {
         let (channels, reader_alive) = (self.channels.clone(), alive.clone());
         tokio::spawn(async move {
             while let Some(message) = stream.next().await {
+                let who: Arc<str> = message
+                    .get_payload::<String>()
+                    .map_or_else(|_| "*".into(), Into::into);
                 if let Some((signal, _)) = lock_channels(&channels).get(message.get_channel_name())
                 {
-                    signal.send_modify(|count| *count += 1);
+                    signal.send_replace(who);
                 }
             }
             // Waiters fall back to their timeouts (the holder's remaining lease) until the
@@ -418,13 +587,13 @@ impl ReleaseHub {
         Ok(Subscriber { sink, alive })
     }
 
-    async fn subscribe(&self, channel: &str) -> Result<watch::Receiver<u64>> {
+    async fn subscribe(&self, channel: &str) -> Result<watch::Receiver<Arc<str>>> {
         let mut slot = self.subscriber.lock().await;
         let (receiver, first) = {
             let mut channels = lock_channels(&self.channels);
             let entry = channels
                 .entry(channel.to_owned())
-                .or_insert_with(|| (watch::channel(0).0, 0));
+                .or_insert_with(|| (watch::channel(Arc::from("*")).0, 0));
             entry.1 += 1;
             (entry.0.subscribe(), entry.1 == 1)
         };
@@ -504,22 +673,95 @@ impl ReleaseWaiter for SpinWaiter {
 struct RedisWaiter {
     hub: Arc<ReleaseHub>,
     channel: String,
-    receiver: watch::Receiver<u64>,
+    receiver: watch::Receiver<Arc<str>>,
+    /// In fair mode: our place in the lock's queue.
+    queued: Option<Queued>,
+}
+
+/// A waiter's place in a fair lock's queue.
+struct Queued {
+    backend: RedisBackend,
+    keys: Keys,
+    owner: String,
+    refreshed: tokio::time::Instant,
+}
+
+impl Queued {
+    /// Joins the queue, or marks us seen if we are in it.
+    async fn enqueue(&self) -> Result<()> {
+        let _: i64 = self
+            .backend
+            .scripts
+            .enqueue
+            .key(&self.keys.queue)
+            .key(&self.keys.seen)
+            .key(&self.keys.ticket)
+            .arg(&self.owner)
+            .invoke_async(&mut self.backend.connection.clone())
+            .await
+            .map_err(backend_error("queue a waiter"))?;
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl ReleaseWaiter for RedisWaiter {
     async fn wait(&mut self, max: Duration) {
-        match tokio::time::timeout(max, self.receiver.changed()).await {
-            Ok(Ok(())) | Err(_) => {}
-            // The hub dropped the channel; wait out the timeout instead.
-            Ok(Err(_)) => tokio::time::sleep(max).await,
+        let now = tokio::time::Instant::now();
+        let mut until = now + max;
+        if let Some(queued) = self.queued.as_mut() {
+            if now.duration_since(queued.refreshed) >= TICKET_REFRESH {
+                // An error leaves the ticket to go stale; the next refresh queues us again.
+                let _ = queued.enqueue().await;
+                queued.refreshed = tokio::time::Instant::now();
+            }
+            // Return at the next refresh so that the caller asks again: a first waiter that
+            // died is only skipped by an acquire after its ticket went stale.
+            until = until.min(queued.refreshed + TICKET_REFRESH);
+        }
+        loop {
+            match tokio::time::timeout_at(until, self.receiver.changed()).await {
+                Ok(Ok(())) => {
+                    let who = self.receiver.borrow_and_update().clone();
+                    match &self.queued {
+                        // Fair: only the named waiter goes; the others keep waiting.
+                        Some(queued) if &*who != "*" && *who != *queued.owner => {}
+                        _ => return,
+                    }
+                }
+                // The hub dropped the channel; wait out the time instead.
+                Ok(Err(_)) => {
+                    tokio::time::sleep_until(until).await;
+                    return;
+                }
+                Err(_) => return,
+            }
         }
     }
 }
 
 impl Drop for RedisWaiter {
     fn drop(&mut self) {
+        if let Some(queued) = self.queued.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // Leave the queue (and name the next waiter if the lock is free). Best effort: a
+            // ticket left behind goes stale in a second.
+            drop(runtime.spawn(async move {
+                let _: redis::RedisResult<i64> = queued
+                    .backend
+                    .scripts
+                    .leave
+                    .key(&queued.keys.lock)
+                    .key(&queued.keys.channel)
+                    .key(&queued.keys.queue)
+                    .key(&queued.keys.seen)
+                    .arg(&queued.owner)
+                    .arg(millis(TICKET_STALE))
+                    .invoke_async(&mut queued.backend.connection.clone())
+                    .await;
+            }));
+        }
         if self.hub.leave(&self.channel)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {

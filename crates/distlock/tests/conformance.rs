@@ -47,6 +47,22 @@ distlock::conformance_suite!(memory, memory());
 distlock::conformance_suite!(redis, redis("redis"));
 #[cfg(feature = "redis")]
 distlock::conformance_suite!(redis_spin, redis("redis+spin"));
+#[cfg(feature = "redis")]
+distlock::conformance_suite!(redis_unfair, redis_unfair());
+
+/// The Redisson race: `?fair=false`.
+#[cfg(feature = "redis")]
+fn redis_unfair() -> Target {
+    let plain = redis("redis");
+    let separator = if plain.url().contains('?') { '&' } else { '?' };
+    Target::new(format!("{}{separator}fair=false", plain.url()))
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_waiters_are_served_in_order() {
+    distlock::conformance::fair_waiters_are_served_in_order(redis("redis").url()).await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_waiters_are_served_in_order() {
@@ -216,5 +232,90 @@ mod redis_server_loss {
             after <= lease + Duration::from_millis(300),
             "lost {after:?} after the kill"
         );
+    }
+}
+
+#[cfg(feature = "redis")]
+mod redis_fair_mode {
+    use std::time::Duration;
+
+    use distlock::backend::{Acquired, Backend};
+
+    use super::{redis, redis_unfair};
+
+    /// The mechanism, without timing: with a waiter queued, a newcomer is refused a free lock
+    /// in fair mode (the default) and granted it with `?fair=false`.
+    #[tokio::test]
+    async fn a_queued_waiter_reserves_a_free_lock_only_in_fair_mode() {
+        for (target, fair) in [(redis("redis"), true), (redis_unfair(), false)] {
+            let backend = distlock::redis::RedisBackend::connect(target.url())
+                .await
+                .unwrap();
+            let locks = distlock::connect("memory://").await.unwrap();
+            let (waiter, newcomer) = (locks.holder(), locks.holder());
+            let name = distlock::LockName::new(format!("reserved/{}", fastrand::u64(..))).unwrap();
+            let queued = backend.subscribe(&name, waiter.owner()).await.unwrap();
+            let lease = Duration::from_secs(5);
+            let answer = backend
+                .try_acquire(&name, newcomer.owner(), lease)
+                .await
+                .unwrap();
+            if fair {
+                assert_eq!(
+                    answer,
+                    Acquired::Held { ttl: None },
+                    "fair mode let a newcomer in"
+                );
+                let first = backend
+                    .try_acquire(&name, waiter.owner(), lease)
+                    .await
+                    .unwrap();
+                assert!(matches!(first, Acquired::Granted { .. }), "{first:?}");
+            } else {
+                assert!(matches!(answer, Acquired::Granted { .. }), "{answer:?}");
+            }
+            drop(queued);
+            backend.force_unlock(&name).await.unwrap();
+        }
+    }
+
+    /// A queued waiter that vanishes without leaving the queue delays a free lock by about
+    /// its staleness limit (1 s), never for good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_abandoned_waiter_goes_stale() {
+        let target = redis("redis");
+        let name = format!("stale/{}", fastrand::u64(..));
+        let locks = distlock::connect(target.url()).await.unwrap();
+        let held = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+        // A waiter queues, then its runtime is leaked with it: it never leaves the queue.
+        let (url, abandoned) = (target.url().to_owned(), name.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let locks = distlock::connect(&url).await.unwrap();
+                let mutex = locks.mutex(abandoned).unwrap();
+                let _ = tokio::time::timeout(Duration::from_millis(300), mutex.acquire()).await;
+            });
+            std::mem::forget(runtime);
+        })
+        .join()
+        .unwrap();
+        held.release().await.unwrap();
+        let start = std::time::Instant::now();
+        let guard = locks
+            .mutex(name.as_str())
+            .unwrap()
+            .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
+            .await
+            .expect("an abandoned waiter blocked the lock");
+        assert!(
+            start.elapsed() < Duration::from_millis(2000),
+            "{:?}",
+            start.elapsed()
+        );
+        guard.release().await.unwrap();
     }
 }
