@@ -37,7 +37,7 @@
 //! |---|---|---|---|---|
 //! | `memory://` or `memory://NAME` | this process only | always on | in arrival order | when the lease ends |
 //! | `sqlite:///path/locks.db` | table-record lock in an SQLite file (one machine) | `sqlite` (default) | in arrival order (`?fair=false`: first to ask) | when the lease ends |
-//! | `redis://host:6379/` | reentrant lock in Lua scripts, pub/sub wake-up (standalone server) | `redis` | first to ask after the release | when the lease ends |
+//! | `redis://host:6379/` | reentrant lock in Lua scripts, pub/sub wake-up (standalone server) | `redis` | in arrival order (`?fair=false`: first to ask) | when the lease ends |
 //! | `redis+spin://host:6379/` | the same lock, waiters poll with backoff (the spin lock) | `redis` | first poll after the release | when the lease ends |
 //!
 //! Redis Sentinel and Cluster, ZooKeeper, etcd, PostgreSQL and MySQL backends are planned;
