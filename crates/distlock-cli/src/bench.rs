@@ -109,6 +109,8 @@ struct Contention {
     /// Release start to the next grant when another worker got it: the wake-up latency.
     handoff_gap_to_other: Stats,
     handoff_gap_to_other_p50_in_rtt: f64,
+    /// The same, in round trips measured after idling (see `rtt_after_idle`).
+    handoff_gap_to_other_p50_in_idle_rtt: f64,
     /// Share of grants that went straight back to the worker that had just released.
     same_worker_share: f64,
     wait: Stats,
@@ -120,6 +122,8 @@ struct Contention {
 struct Report {
     backend: String,
     rtt: Stats,
+    /// The round trip right after sleeping for the hold time (at least 1 ms).
+    rtt_after_idle: Stats,
     uncontended: Uncontended,
     contention: Contention,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -214,6 +218,23 @@ pub async fn run(args: BenchArgs) -> CliResult {
     progress.finish();
     let rtt = Stats::of(rtt_samples);
 
+    // 1b. The same request from a process that has just slept for the hold time, as a lock
+    // holder or a waiter has: on a virtual machine waking up costs more than the request.
+    let idle = Duration::from_millis(args.hold_ms.max(1));
+    let idle_samples = (args.rtt_samples / 4).max(1);
+    let mut idle_rtt_samples = Vec::new();
+    let phase_start = Instant::now();
+    for i in 0..idle_samples {
+        std::thread::sleep(idle);
+        idle_rtt_samples.push(ms(locks.ping().await?));
+        progress.show("round trip after idling", i + 1, idle_samples);
+        if phase_start.elapsed() > PHASE_TIME_LIMIT {
+            break;
+        }
+    }
+    progress.finish();
+    let rtt_after_idle = Stats::of(idle_rtt_samples);
+
     // 2. Uncontended pairs on one name.
     let mutex = locks.mutex(format!("bench/{run_id}/uncontended"))?;
     let mut latencies = Vec::new();
@@ -269,7 +290,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
         }
     };
     progress.finish();
-    let contention = analyse(&args, &rtt, &reports)?;
+    let contention = analyse(&args, &rtt, &rtt_after_idle, &reports)?;
 
     // 4. Optionally, the watchdog's cost.
     let renewal = if args.renewal_locks > 0 {
@@ -290,6 +311,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
     let report = Report {
         backend: args.backend.clone(),
         rtt,
+        rtt_after_idle,
         uncontended,
         contention,
         renewal,
@@ -337,7 +359,12 @@ fn ns_to_ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-fn analyse(args: &BenchArgs, rtt: &Stats, reports: &[WorkerReport]) -> CliResult<Contention> {
+fn analyse(
+    args: &BenchArgs,
+    rtt: &Stats,
+    rtt_after_idle: &Stats,
+    reports: &[WorkerReport],
+) -> CliResult<Contention> {
     let all = merged(reports);
     if all.len() < 2 {
         return Err(Failure::failed(
@@ -380,6 +407,8 @@ fn analyse(args: &BenchArgs, rtt: &Stats, reports: &[WorkerReport]) -> CliResult
         handoff_gap_p50_in_rtt: in_rtt(handoff_gap.p50_ms),
         handoff_gap,
         handoff_gap_to_other_p50_in_rtt: in_rtt(handoff_gap_to_other.p50_ms),
+        handoff_gap_to_other_p50_in_idle_rtt: handoff_gap_to_other.p50_ms
+            / rtt_after_idle.mean_ms.max(1e-9),
         handoff_gap_to_other,
         same_worker_share: same_worker as f64 / (all.len() - 1) as f64,
         wait: Stats::of(waits),
@@ -396,6 +425,14 @@ fn print_report(r: &Report) {
     println!(
         "round trip (ping)            mean {:.3} ms   p50 {:.3} ms   p99 {:.3} ms   ({} samples)",
         r.rtt.mean_ms, r.rtt.p50_ms, r.rtt.p99_ms, r.rtt.count
+    );
+    println!(
+        "round trip after idling      mean {:.3} ms   p50 {:.3} ms   p99 {:.3} ms   ({} samples, each after a {} ms sleep)",
+        r.rtt_after_idle.mean_ms,
+        r.rtt_after_idle.p50_ms,
+        r.rtt_after_idle.p99_ms,
+        r.rtt_after_idle.count,
+        r.contention.hold_ms_requested.max(1)
     );
     println!(
         "uncontended acquire+release  {:.0} pairs/s   p50 {:.3} ms   p99 {:.3} ms   ({} pairs)",
@@ -421,9 +458,10 @@ fn print_report(r: &Report) {
         c.handoff_gap.p50_ms, c.handoff_gap_p50_in_rtt, c.handoff_gap.p99_ms, c.handoff_gap.max_ms
     );
     println!(
-        "  handoff to another worker  p50 {:.3} ms ({:.1} x RTT)   p99 {:.3} ms   ({} handoffs; {:.0}% of grants went back to the releaser)",
+        "  handoff to another worker  p50 {:.3} ms ({:.1} x RTT, {:.1} x idle RTT)   p99 {:.3} ms   ({} handoffs; {:.0}% of grants went back to the releaser)",
         c.handoff_gap_to_other.p50_ms,
         c.handoff_gap_to_other_p50_in_rtt,
+        c.handoff_gap_to_other_p50_in_idle_rtt,
         c.handoff_gap_to_other.p99_ms,
         c.handoff_gap_to_other.count,
         c.same_worker_share * 100.0
