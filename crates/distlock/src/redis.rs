@@ -770,3 +770,65 @@ impl Drop for RedisWaiter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fair_option_is_taken_out_of_the_url() {
+        let cases = [
+            ("redis://h:1/", "redis://h:1/", None),
+            ("redis://h:1/?fair=true", "redis://h:1/", Some(true)),
+            ("redis://h:1/?fair=0", "redis://h:1/", Some(false)),
+            (
+                "redis://h:1/2?protocol=resp3&fair=false",
+                "redis://h:1/2?protocol=resp3",
+                Some(false),
+            ),
+            (
+                "redis://h:1/?a=b&fair=1&c=d",
+                "redis://h:1/?a=b&c=d",
+                Some(true),
+            ),
+        ];
+        for (url, rest, fair) in cases {
+            assert_eq!(
+                take_fair_option(url).unwrap(),
+                (rest.to_owned(), fair),
+                "{url}"
+            );
+        }
+        assert!(
+            take_fair_option("redis://h/?fair=maybe")
+                .unwrap_err()
+                .is_invalid_input()
+        );
+    }
+
+    #[test]
+    fn keys_of_one_lock_share_a_hash_tag() {
+        let keys = Keys::of(&LockName::new("orders/{42}:x").unwrap());
+        let tag = "{orders%2F%7B42%7D%3Ax}";
+        for key in [
+            &keys.lock,
+            &keys.fence,
+            &keys.channel,
+            &keys.queue,
+            &keys.seen,
+            &keys.ticket,
+        ] {
+            assert!(key.starts_with(&format!("distlock:{tag}:")), "{key}");
+        }
+    }
+
+    #[tokio::test]
+    async fn fair_spin_and_bad_urls_are_refused() {
+        let err = RedisBackend::connect("redis+spin://127.0.0.1:1/?fair=true")
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        let err = RedisBackend::connect("redis://[::1").await.unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+    }
+}
