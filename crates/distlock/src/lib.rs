@@ -173,10 +173,42 @@ mod tests {
                 .unwrap_err()
                 .is_unsupported()
         );
-        assert!(connect("sqlite://").await.unwrap_err().is_invalid_input());
-        let err = connect("sqlite:///no/such/dir/x.db").await.unwrap_err();
-        assert!(err.is_invalid_input(), "{err}");
-        assert!(err.to_string().contains("does not exist"), "{err}");
+        #[cfg(feature = "sqlite")]
+        {
+            assert!(connect("sqlite://").await.unwrap_err().is_invalid_input());
+            let err = connect("sqlite:///no/such/dir/x.db").await.unwrap_err();
+            assert!(err.is_invalid_input(), "{err}");
+            assert!(err.to_string().contains("does not exist"), "{err}");
+        }
+        #[cfg(not(feature = "sqlite"))]
+        {
+            let err = connect("sqlite:///tmp/x.db").await.unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::FeatureDisabled {
+                        feature: "sqlite",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("\"sqlite\""), "{err}");
+        }
+        #[cfg(not(feature = "redis"))]
+        {
+            let err = connect("redis://127.0.0.1/").await.unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::FeatureDisabled {
+                        feature: "redis",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
         let err = connect_with("memory://", ConnectOptions::new().lease(Duration::ZERO))
             .await
             .unwrap_err();
