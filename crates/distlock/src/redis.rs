@@ -50,20 +50,28 @@ const SCHEME: &str = "redis";
 const ACQUIRE: &str = r"
 local lock, fence = KEYS[1], KEYS[2]
 local owner, lease = ARGV[1], tonumber(ARGV[2])
-if redis.call('exists', lock) == 0 then
+if redis.call('exists', lock) == 0 then return grant(lock, fence, owner, lease) end
+if redis.call('hexists', lock, owner) == 1 then return reenter(lock, owner, lease) end
+return {0, redis.call('pttl', lock)}
+";
+
+/// Lua: the two ways an acquire succeeds, shared by the acquire scripts. `grant` makes a new
+/// grant with the next fencing token; `reenter` adds a hold to the owner's grant and never
+/// shortens its lease.
+const GRANTING: &str = r"
+local function grant(lock, fence, owner, lease)
   local token = redis.call('incr', fence)
   redis.call('hset', lock, owner, 1, ':token', token)
   redis.call('pexpire', lock, lease)
   return {1, token, 1}
 end
-if redis.call('hexists', lock, owner) == 1 then
+local function reenter(lock, owner, lease)
   local holds = redis.call('hincrby', lock, owner, 1)
   if redis.call('pttl', lock) < lease then
     redis.call('pexpire', lock, lease)
   end
   return {1, tonumber(redis.call('hget', lock, ':token')), holds}
 end
-return {0, redis.call('pttl', lock)}
 ";
 
 /// Lua: the first waiter of a fair queue whose ticket is fresh, removing stale ones; nil when
@@ -106,23 +114,14 @@ const ACQUIRE_FAIR: &str = r"
 local lock, fence, queue, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, lease = ARGV[1], tonumber(ARGV[2])
 if redis.call('exists', lock) == 1 then
-  if redis.call('hexists', lock, owner) == 1 then
-    local holds = redis.call('hincrby', lock, owner, 1)
-    if redis.call('pttl', lock) < lease then
-      redis.call('pexpire', lock, lease)
-    end
-    return {1, tonumber(redis.call('hget', lock, ':token')), holds}
-  end
+  if redis.call('hexists', lock, owner) == 1 then return reenter(lock, owner, lease) end
   return {0, redis.call('pttl', lock)}
 end
 local head = live_head(queue, seen, tonumber(ARGV[3]))
 if head and head ~= owner then return {0, -3} end
 redis.call('zrem', queue, owner)
 redis.call('hdel', seen, owner)
-local token = redis.call('incr', fence)
-redis.call('hset', lock, owner, 1, ':token', token)
-redis.call('pexpire', lock, lease)
-return {1, token, 1}
+return grant(lock, fence, owner, lease)
 ";
 
 /// KEYS: queue, seen, ticket. ARGV: owner. Queues the owner at the back unless it is queued,
@@ -289,8 +288,8 @@ impl RedisBackend {
         Ok(RedisBackend {
             connection,
             scripts: Arc::new(Scripts {
-                acquire: Script::new(ACQUIRE),
-                acquire_fair: Script::new(&format!("{LIVE_HEAD}{ACQUIRE_FAIR}")),
+                acquire: Script::new(&format!("{GRANTING}{ACQUIRE}")),
+                acquire_fair: Script::new(&format!("{GRANTING}{LIVE_HEAD}{ACQUIRE_FAIR}")),
                 release: Script::new(&format!("{LIVE_HEAD}{RELEASE}")),
                 extend: Script::new(EXTEND),
                 renew: Script::new(RENEW),

@@ -73,74 +73,58 @@ distlock::conformance_suite!(sqlite, sqlite(""));
 #[cfg(feature = "sqlite")]
 distlock::conformance_suite!(sqlite_unfair, sqlite("?fair=false"));
 
-#[cfg(feature = "sqlite")]
-mod sqlite_fair_mode {
+/// Checks for fair backends, shared by the SQLite and Redis tests below.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+mod fair_checks {
     use std::time::Duration;
 
-    use super::sqlite;
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn waiters_are_served_in_order() {
-        let target = sqlite("");
-        distlock::conformance::fair_waiters_are_served_in_order(target.url()).await;
-    }
+    use distlock::backend::{Acquired, Backend};
 
     /// The mechanism, without timing: with a waiter queued, a newcomer is refused a free lock
     /// in fair mode and granted it without.
-    #[tokio::test]
-    async fn a_queued_waiter_reserves_a_free_lock_only_in_fair_mode() {
-        use distlock::backend::{Acquired, Backend};
-
-        for (query, fair) in [("", true), ("?fair=false", false)] {
-            let target = sqlite(query);
-            let path = target.url().trim_start_matches("sqlite://").to_owned();
-            let backend = distlock::sqlite::SqliteBackend::open(&path).await.unwrap();
-            let locks = distlock::connect("memory://").await.unwrap();
-            let (waiter, newcomer) = (locks.holder(), locks.holder());
-            let name = distlock::LockName::new("reserved").unwrap();
-            let queued = backend.subscribe(&name, waiter.owner()).await.unwrap();
-            let lease = Duration::from_secs(5);
-            let answer = backend
-                .try_acquire(&name, newcomer.owner(), lease)
+    pub async fn queued_waiter_reserves_a_free_lock(backend: &dyn Backend, name: &str, fair: bool) {
+        let locks = distlock::connect("memory://").await.unwrap();
+        let (waiter, newcomer) = (locks.holder(), locks.holder());
+        let name = distlock::LockName::new(name).unwrap();
+        let queued = backend.subscribe(&name, waiter.owner()).await.unwrap();
+        let lease = Duration::from_secs(5);
+        let answer = backend
+            .try_acquire(&name, newcomer.owner(), lease)
+            .await
+            .unwrap();
+        if fair {
+            assert_eq!(
+                answer,
+                Acquired::Held { ttl: None },
+                "fair mode let a newcomer in"
+            );
+            let first = backend
+                .try_acquire(&name, waiter.owner(), lease)
                 .await
                 .unwrap();
-            if fair {
-                assert_eq!(
-                    answer,
-                    Acquired::Held { ttl: None },
-                    "fair mode let a newcomer in"
-                );
-                let first = backend
-                    .try_acquire(&name, waiter.owner(), lease)
-                    .await
-                    .unwrap();
-                assert!(matches!(first, Acquired::Granted { .. }), "{first:?}");
-            } else {
-                assert!(matches!(answer, Acquired::Granted { .. }), "{answer:?}");
-            }
-            drop(queued);
+            assert!(matches!(first, Acquired::Granted { .. }), "{first:?}");
+        } else {
+            assert!(matches!(answer, Acquired::Granted { .. }), "{answer:?}");
         }
+        drop(queued);
+        backend.force_unlock(&name).await.unwrap();
     }
 
-    /// A queued waiter that vanishes without leaving the queue delays a free lock by at most
-    /// the ticket's staleness limit (1 s), never for good.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn an_abandoned_ticket_goes_stale() {
-        let target = sqlite("");
-        let locks = distlock::connect(target.url()).await.unwrap();
-        let held = locks.mutex("stale").unwrap().acquire().await.unwrap();
-        // A waiter queues, then its runtime is leaked with it: no chance to leave the queue.
-        let url = target.url().to_owned();
+    /// A waiter queues for `name` and vanishes without leaving the queue (its runtime is
+    /// leaked with it); the next acquirer must get the lock within `bound` of its release.
+    pub async fn abandoned_waiter_delays_at_most(url: &str, name: &str, bound: Duration) {
+        let locks = distlock::connect(url).await.unwrap();
+        let held = locks.mutex(name).unwrap().acquire().await.unwrap();
+        let (url_owned, abandoned) = (url.to_owned(), name.to_owned());
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
             runtime.block_on(async {
-                let locks = distlock::connect(&url).await.unwrap();
-                let mutex = locks.mutex("stale").unwrap();
-                let waiting = Box::pin(mutex.acquire());
-                let _ = tokio::time::timeout(Duration::from_millis(200), waiting).await;
+                let locks = distlock::connect(&url_owned).await.unwrap();
+                let mutex = locks.mutex(abandoned).unwrap();
+                let _ = tokio::time::timeout(Duration::from_millis(300), mutex.acquire()).await;
             });
             std::mem::forget(runtime);
         })
@@ -149,17 +133,49 @@ mod sqlite_fair_mode {
         held.release().await.unwrap();
         let start = std::time::Instant::now();
         let guard = locks
-            .mutex("stale")
+            .mutex(name)
             .unwrap()
             .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
             .await
-            .expect("an abandoned ticket blocked the lock");
-        assert!(
-            start.elapsed() < Duration::from_millis(1500),
-            "{:?}",
-            start.elapsed()
-        );
+            .expect("an abandoned waiter blocked the lock");
+        assert!(start.elapsed() < bound, "{:?}", start.elapsed());
         guard.release().await.unwrap();
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite_fair_mode {
+    use std::time::Duration;
+
+    use super::fair_checks;
+    use super::sqlite;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn waiters_are_served_in_order() {
+        let target = sqlite("");
+        distlock::conformance::fair_waiters_are_served_in_order(target.url()).await;
+    }
+
+    #[tokio::test]
+    async fn a_queued_waiter_reserves_a_free_lock_only_in_fair_mode() {
+        for (query, fair) in [("", true), ("?fair=false", false)] {
+            let target = sqlite(query);
+            let path = target.url().trim_start_matches("sqlite://").to_owned();
+            let backend = distlock::sqlite::SqliteBackend::open(&path).await.unwrap();
+            fair_checks::queued_waiter_reserves_a_free_lock(&backend, "reserved", fair).await;
+        }
+    }
+
+    /// A stale ticket (1 s) delays a free lock by at most about that, never for good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_abandoned_ticket_goes_stale() {
+        let target = sqlite("");
+        fair_checks::abandoned_waiter_delays_at_most(
+            target.url(),
+            "stale",
+            Duration::from_millis(1500),
+        )
+        .await;
     }
 }
 
@@ -239,83 +255,30 @@ mod redis_server_loss {
 mod redis_fair_mode {
     use std::time::Duration;
 
-    use distlock::backend::{Acquired, Backend};
-
+    use super::fair_checks;
     use super::{redis, redis_unfair};
 
-    /// The mechanism, without timing: with a waiter queued, a newcomer is refused a free lock
-    /// in fair mode (the default) and granted it with `?fair=false`.
     #[tokio::test]
     async fn a_queued_waiter_reserves_a_free_lock_only_in_fair_mode() {
         for (target, fair) in [(redis("redis"), true), (redis_unfair(), false)] {
             let backend = distlock::redis::RedisBackend::connect(target.url())
                 .await
                 .unwrap();
-            let locks = distlock::connect("memory://").await.unwrap();
-            let (waiter, newcomer) = (locks.holder(), locks.holder());
-            let name = distlock::LockName::new(format!("reserved/{}", fastrand::u64(..))).unwrap();
-            let queued = backend.subscribe(&name, waiter.owner()).await.unwrap();
-            let lease = Duration::from_secs(5);
-            let answer = backend
-                .try_acquire(&name, newcomer.owner(), lease)
-                .await
-                .unwrap();
-            if fair {
-                assert_eq!(
-                    answer,
-                    Acquired::Held { ttl: None },
-                    "fair mode let a newcomer in"
-                );
-                let first = backend
-                    .try_acquire(&name, waiter.owner(), lease)
-                    .await
-                    .unwrap();
-                assert!(matches!(first, Acquired::Granted { .. }), "{first:?}");
-            } else {
-                assert!(matches!(answer, Acquired::Granted { .. }), "{answer:?}");
-            }
-            drop(queued);
-            backend.force_unlock(&name).await.unwrap();
+            let name = format!("reserved/{}", fastrand::u64(..));
+            fair_checks::queued_waiter_reserves_a_free_lock(&backend, &name, fair).await;
         }
     }
 
-    /// A queued waiter that vanishes without leaving the queue delays a free lock by about
-    /// its staleness limit (1 s), never for good.
+    /// A waiter not seen for 1 s is skipped: it delays a free lock by about that.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn an_abandoned_waiter_goes_stale() {
         let target = redis("redis");
         let name = format!("stale/{}", fastrand::u64(..));
-        let locks = distlock::connect(target.url()).await.unwrap();
-        let held = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
-        // A waiter queues, then its runtime is leaked with it: it never leaves the queue.
-        let (url, abandoned) = (target.url().to_owned(), name.clone());
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                let locks = distlock::connect(&url).await.unwrap();
-                let mutex = locks.mutex(abandoned).unwrap();
-                let _ = tokio::time::timeout(Duration::from_millis(300), mutex.acquire()).await;
-            });
-            std::mem::forget(runtime);
-        })
-        .join()
-        .unwrap();
-        held.release().await.unwrap();
-        let start = std::time::Instant::now();
-        let guard = locks
-            .mutex(name.as_str())
-            .unwrap()
-            .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
-            .await
-            .expect("an abandoned waiter blocked the lock");
-        assert!(
-            start.elapsed() < Duration::from_millis(2000),
-            "{:?}",
-            start.elapsed()
-        );
-        guard.release().await.unwrap();
+        fair_checks::abandoned_waiter_delays_at_most(
+            target.url(),
+            &name,
+            Duration::from_millis(2000),
+        )
+        .await;
     }
 }
