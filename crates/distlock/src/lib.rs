@@ -39,8 +39,14 @@
 //! | `sqlite:///path/locks.db` | table-record lock in an SQLite file (one machine) | `sqlite` (default) | in arrival order (`?fair=false`: first to ask) | when the lease ends |
 //! | `redis://host:6379/` | reentrant lock in Lua scripts, pub/sub wake-up (standalone server) | `redis` | in arrival order (`?fair=false`: first to ask) | when the lease ends |
 //! | `redis+spin://host:6379/` | the same lock, waiters poll with backoff (the spin lock) | `redis` | first poll after the release | when the lease ends |
+//! | `redis+sentinel://s1:26379,s2:26379/service` | the reentrant lock on the master a Sentinel group names, found again after a failover | `redis` | as `redis://` | when the lease ends |
+//! | `redis+cluster://n1:7000,n2:7001/` | the reentrant lock on a Redis Cluster, sharded pub/sub wake-up | `redis` | as `redis://` | when the lease ends |
 //!
-//! Redis Sentinel and Cluster, ZooKeeper, etcd, PostgreSQL and MySQL backends are planned;
+//! Every Redis URL takes `?fair=false` (first to ask wins) and `?spin=true` (the spin lock's
+//! polling instead of pub/sub). Redis replicates asynchronously: a failover can lose a grant,
+//! and only a resource that checks fencing tokens is safe then (see `docs/backends/redis.md`).
+//!
+//! ZooKeeper, etcd, PostgreSQL and MySQL backends are planned;
 //! their schemes answer with [`Error::NotYetAvailable`] until then.
 //!
 //! # Ownership, leases and loss
@@ -88,8 +94,6 @@ pub use crate::name::{LockName, MAX_NAME_BYTES};
 /// Schemes of backends that later releases add.
 const PLANNED: &[&str] = &[
     "rediss",
-    "redis+sentinel",
-    "redis+cluster",
     "zk",
     "zk+naive",
     "etcd",
@@ -143,12 +147,16 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
             feature: "sqlite",
         }),
         #[cfg(feature = "redis")]
-        "redis" | "redis+spin" => Ok(Arc::new(crate::redis::RedisBackend::connect(url).await?)),
+        "redis" | "redis+spin" | "redis+sentinel" | "redis+cluster" => {
+            Ok(Arc::new(crate::redis::RedisBackend::connect(url).await?))
+        }
         #[cfg(not(feature = "redis"))]
-        "redis" | "redis+spin" => Err(Error::FeatureDisabled {
-            scheme: scheme.into(),
-            feature: "redis",
-        }),
+        "redis" | "redis+spin" | "redis+sentinel" | "redis+cluster" => {
+            Err(Error::FeatureDisabled {
+                scheme: scheme.into(),
+                feature: "redis",
+            })
+        }
         _ if PLANNED.contains(&scheme) => Err(Error::NotYetAvailable {
             scheme: scheme.to_owned(),
         }),

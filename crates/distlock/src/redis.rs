@@ -29,19 +29,23 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use redis::Script;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, PubSubSink};
+use redis::cluster::ClusterClientBuilder;
 use tokio::sync::watch;
+
+use self::deployment::{Commands, Deployment, Following};
+use self::hub::{ReleaseHub, Source};
 
 use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released};
 use crate::error::{Error, Result};
 use crate::name::LockName;
+
+mod deployment;
+mod hub;
 
 const SCHEME: &str = "redis";
 
@@ -58,9 +62,22 @@ return {0, redis.call('pttl', lock)}
 /// Lua: the two ways an acquire succeeds, shared by the acquire scripts. `grant` makes a new
 /// grant with the next fencing token; `reenter` adds a hold to the owner's grant and never
 /// shortens its lease.
+///
+/// The token is the larger of the counter plus one and the server's clock in microseconds.
+/// The counter alone would go back after a failover that lost the last grants, or after a
+/// restart of a server that keeps nothing on disk; with the clock, tokens keep growing across
+/// both, as long as the new master's clock is not behind the old one's by more than the time
+/// the failover took. (Lua numbers are doubles: exact up to 2^53, about 285 years of
+/// microseconds.)
 const GRANTING: &str = r"
 local function grant(lock, fence, owner, lease)
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local token = redis.call('incr', fence)
+  if token < now then
+    token = now
+    redis.call('set', fence, string.format('%.0f', now))
+  end
   redis.call('hset', lock, owner, 1, ':token', token)
   redis.call('pexpire', lock, lease)
   return {1, token, 1}
@@ -225,13 +242,17 @@ struct Scripts {
 /// The reentrant lock on a standalone Redis server.
 #[derive(Clone)]
 pub struct RedisBackend {
-    connection: ConnectionManager,
+    connection: Commands,
     scripts: Arc<Scripts>,
     releases: Arc<ReleaseHub>,
     /// Wait by polling instead of pub/sub.
     spin: bool,
     /// Serve waiters first come, first served, waking only the first (the default).
     fair: bool,
+    /// The URL scheme, for errors and reports.
+    scheme: &'static str,
+    /// A Cluster: keys of different locks live in different slots.
+    cluster: bool,
 }
 
 const SPIN_FIRST: Duration = Duration::from_millis(1);
@@ -252,94 +273,110 @@ fn millis(duration: Duration) -> u64 {
 }
 
 impl RedisBackend {
-    /// Connects to the server a `redis://` or `redis+spin://` URL names.
+    /// Connects to the deployment a `redis://`, `redis+spin://`, `redis+sentinel://` or
+    /// `redis+cluster://` URL names.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a URL the `redis` crate cannot parse; [`Error::Backend`]
-    /// when the server cannot be reached.
+    /// [`Error::InvalidInput`] for a URL that cannot be parsed; [`Error::Backend`] when the
+    /// servers cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
-        let (url, spin) = match url.strip_prefix("redis+spin://") {
-            Some(rest) => (format!("redis://{rest}"), true),
-            None => (url.to_owned(), false),
-        };
-        let (url, fair) = take_fair_option(&url)?;
-        if fair == Some(true) && spin {
-            return Err(Error::invalid(
-                "URL",
-                "fair=true needs pub/sub wake-ups; use it with redis://, not redis+spin://",
-            ));
-        }
+        let target = deployment::parse(url)?;
         // Fair by default; the spin lock cannot be fair (nobody is told whose turn it is).
-        let fair = fair.unwrap_or(!spin);
-        let client = redis::Client::open(url.as_str()).map_err(|e| {
-            Error::invalid(
-                "URL",
-                format!("{e}; write redis://[user:password@]host[:port][/db]"),
-            )
-        })?;
-        // Fail fast on a server that is not there; reconnects later retry with backoff.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(2);
-        let connection = client
-            .get_connection_manager_with_config(config)
-            .await
-            .map_err(backend_error("connect"))?;
+        let fair = target.options.fair.unwrap_or(!target.options.spin);
+        let mut cluster = false;
+        let (connection, source) = match target.deployment {
+            Deployment::Standalone(url) => {
+                let client = redis::Client::open(url.as_str()).map_err(|e| {
+                    Error::invalid(
+                        "URL",
+                        format!("{e}; write redis://[user:password@]host[:port][/db]"),
+                    )
+                })?;
+                let connection = deployment::standalone(&client)
+                    .await
+                    .map_err(backend_error("connect"))?;
+                (connection, Source::Server(client))
+            }
+            Deployment::Sentinel {
+                sentinels,
+                service,
+                db,
+                username,
+                password,
+            } => {
+                let following = Following::new(sentinels, &service, db, username, password)?;
+                // Find the master now, so that a wrong address fails here.
+                let mut connection = Commands::Sentinel(following.clone());
+                let _: String = redis::cmd("PING")
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(backend_error("connect"))?;
+                (connection, Source::Sentinel(following))
+            }
+            Deployment::Cluster {
+                nodes,
+                username,
+                password,
+            } => {
+                cluster = true;
+                let (pushes, receiver) = tokio::sync::mpsc::unbounded_channel();
+                let mut builder = ClusterClientBuilder::new(nodes)
+                    .use_protocol(redis::ProtocolVersion::RESP3)
+                    .push_sender(pushes)
+                    .connection_timeout(deployment::CONNECT_TIMEOUT)
+                    .response_timeout(deployment::RESPONSE_TIMEOUT);
+                if let Some(username) = username {
+                    builder = builder.username(username);
+                }
+                if let Some(password) = password {
+                    builder = builder.password(password);
+                }
+                let connection = builder
+                    .build()
+                    .map_err(|e| Error::invalid("URL", e.to_string()))?
+                    .get_async_connection()
+                    .await
+                    .map_err(backend_error("connect"))?;
+                let source = Source::Cluster {
+                    connection: connection.clone(),
+                    pushes: StdMutex::new(Some(receiver)),
+                };
+                (Commands::Cluster(connection), source)
+            }
+        };
+        // A Cluster announces releases on the lock's shard only.
+        let publish = if cluster { "spublish" } else { "publish" };
+        let script =
+            |text: String| Script::new(&text.replace("'publish'", &format!("'{publish}'")));
         Ok(RedisBackend {
             connection,
             scripts: Arc::new(Scripts {
-                acquire: Script::new(&format!("{GRANTING}{ACQUIRE}")),
-                acquire_fair: Script::new(&format!("{GRANTING}{LIVE_HEAD}{ACQUIRE_FAIR}")),
-                release: Script::new(&format!("{LIVE_HEAD}{RELEASE}")),
-                extend: Script::new(EXTEND),
-                renew: Script::new(RENEW),
-                force_unlock: Script::new(&format!("{LIVE_HEAD}{FORCE_UNLOCK}")),
-                enqueue: Script::new(ENQUEUE),
-                leave: Script::new(&format!("{LIVE_HEAD}{LEAVE}")),
+                acquire: script(format!("{GRANTING}{ACQUIRE}")),
+                acquire_fair: script(format!("{GRANTING}{LIVE_HEAD}{ACQUIRE_FAIR}")),
+                release: script(format!("{LIVE_HEAD}{RELEASE}")),
+                extend: script(EXTEND.to_owned()),
+                renew: script(RENEW.to_owned()),
+                force_unlock: script(format!("{LIVE_HEAD}{FORCE_UNLOCK}")),
+                enqueue: script(ENQUEUE.to_owned()),
+                leave: script(format!("{LIVE_HEAD}{LEAVE}")),
             }),
-            releases: Arc::new(ReleaseHub {
-                client,
-                subscriber: tokio::sync::Mutex::new(None),
-                channels: Arc::new(StdMutex::new(HashMap::new())),
-            }),
-            spin,
+            releases: Arc::new(ReleaseHub::new(source)),
+            scheme: if target.options.spin && target.scheme == "redis" {
+                "redis+spin"
+            } else {
+                target.scheme
+            },
+            spin: target.options.spin,
             fair,
+            cluster,
         })
     }
-}
-
-/// Removes distlock's own `fair=true|false` from a Redis URL's query.
-fn take_fair_option(url: &str) -> Result<(String, Option<bool>)> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), None));
-    };
-    let mut fair = None;
-    let mut kept = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("fair", "true" | "1")) => fair = Some(true),
-            Some(("fair", "false" | "0")) => fair = Some(false),
-            Some(("fair", other)) => {
-                return Err(Error::invalid(
-                    "URL",
-                    format!("fair={other:?} must be true or false"),
-                ));
-            }
-            _ => kept.push(pair),
-        }
-    }
-    let url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    Ok((url, fair))
 }
 
 #[async_trait]
 impl Backend for RedisBackend {
     fn scheme(&self) -> &'static str {
-        if self.spin { "redis+spin" } else { SCHEME }
+        self.scheme
     }
 
     async fn ping(&self) -> Result<()> {
@@ -470,6 +507,9 @@ impl Backend for RedisBackend {
         if locks.is_empty() {
             return Ok(Vec::new());
         }
+        if self.cluster {
+            return self.renew_by_slot(locks, lease).await;
+        }
         let mut invocation = self.scripts.renew.prepare_invoke();
         invocation.arg(millis(lease));
         for (name, owner) in locks {
@@ -519,138 +559,43 @@ impl Backend for RedisBackend {
     }
 }
 
-/// One pub/sub connection per client, shared by all its waiters: a channel is subscribed while
-/// at least one waiter listens on it, and each message bumps that channel's watch.
-struct ReleaseHub {
-    client: redis::Client,
-    /// The subscriber; `None` until first use. Held across (un)subscribe requests, so that they
-    /// reach the server in the order they were decided.
-    subscriber: tokio::sync::Mutex<Option<Subscriber>>,
-    /// Channel → (signal, listeners).
-    channels: Channels,
-}
-
-struct Subscriber {
-    sink: PubSubSink,
-    /// False once the reader has seen this connection close.
-    alive: Arc<AtomicBool>,
-}
-
-/// The last announcement on a channel: who may go (an owner, or `*` for anyone).
-type Announcement = watch::Sender<Arc<str>>;
-type ChannelMap = HashMap<String, (Announcement, usize)>;
-type Channels = Arc<StdMutex<ChannelMap>>;
-
-fn lock_channels(channels: &StdMutex<ChannelMap>) -> std::sync::MutexGuard<'_, ChannelMap> {
-    // Updates are single inserts and field writes: a poisoned map is still whole.
-    channels.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl ReleaseHub {
-    /// Opens the pub/sub connection, starts its reader, and subscribes again to every channel
-    /// that still has listeners (after a lost connection).
-    async fn connect(&self) -> Result<Subscriber> {
-        let (mut sink, mut stream) = self
-            .client
-            .get_async_pubsub()
-            .await
-            .map_err(backend_error("open the pub/sub connection"))?
-            .split();
-        let alive = Arc::new(AtomicBool::new(true));
-        let (channels, reader_alive) = (self.channels.clone(), alive.clone());
-        tokio::spawn(async move {
-            while let Some(message) = stream.next().await {
-                let who: Arc<str> = message
-                    .get_payload::<String>()
-                    .map_or_else(|_| "*".into(), Into::into);
-                if let Some((signal, _)) = lock_channels(&channels).get(message.get_channel_name())
-                {
-                    signal.send_replace(who);
-                }
+impl RedisBackend {
+    /// Renewal on a Cluster: a script may only touch keys of one slot, so the locks are
+    /// grouped by slot, one script call per slot, all in flight at once (the cluster
+    /// connection multiplexes them over one connection per node).
+    async fn renew_by_slot(
+        &self,
+        locks: &[(LockName, Owner)],
+        lease: Duration,
+    ) -> Result<Vec<bool>> {
+        let keys: Vec<String> = locks.iter().map(|(name, _)| Keys::of(name).lock).collect();
+        let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            by_slot.entry(deployment::slot(key)).or_default().push(i);
+        }
+        let calls = by_slot.into_values().map(|group| {
+            let mut invocation = self.scripts.renew.prepare_invoke();
+            invocation.arg(millis(lease));
+            for &i in &group {
+                invocation.key(&keys[i]);
+                invocation.arg(locks[i].1.as_str());
             }
-            // Waiters fall back to their timeouts (the holder's remaining lease) until the
-            // next subscription reconnects.
-            reader_alive.store(false, Ordering::Release);
-            tracing::warn!("redis pub/sub connection closed");
+            let mut connection = self.connection.clone();
+            async move {
+                let reply: Vec<i64> = invocation.invoke_async(&mut connection).await?;
+                Ok::<_, redis::RedisError>((group, reply))
+            }
         });
-        let listened: Vec<String> = {
-            let mut channels = lock_channels(&self.channels);
-            channels.retain(|_, (_, listeners)| *listeners > 0);
-            channels.keys().cloned().collect()
-        };
-        if !listened.is_empty() {
-            sink.subscribe(&listened)
-                .await
-                .map_err(backend_error("subscribe"))?;
-        }
-        Ok(Subscriber { sink, alive })
-    }
-
-    async fn subscribe(&self, channel: &str) -> Result<watch::Receiver<Arc<str>>> {
-        let mut slot = self.subscriber.lock().await;
-        let (receiver, first) = {
-            let mut channels = lock_channels(&self.channels);
-            let entry = channels
-                .entry(channel.to_owned())
-                .or_insert_with(|| (watch::channel(Arc::from("*")).0, 0));
-            entry.1 += 1;
-            (entry.0.subscribe(), entry.1 == 1)
-        };
-        let needs_connection = slot
-            .as_ref()
-            .is_none_or(|s| !s.alive.load(Ordering::Acquire));
-        let result = if needs_connection {
-            // A new connection subscribes to every listened channel, this one included.
-            self.connect()
-                .await
-                .map(|subscriber| *slot = Some(subscriber))
-        } else if let (true, Some(subscriber)) = (first, slot.as_mut()) {
-            subscriber
-                .sink
-                .subscribe(channel)
-                .await
-                .map_err(backend_error("subscribe"))
-        } else {
-            Ok(())
-        };
-        if let Err(error) = result {
-            *slot = None;
-            self.leave(channel);
-            return Err(error);
-        }
-        Ok(receiver)
-    }
-
-    /// One listener fewer; returns true when nobody listens on `channel` any more.
-    fn leave(&self, channel: &str) -> bool {
-        let mut channels = lock_channels(&self.channels);
-        match channels.get_mut(channel) {
-            Some((_, listeners)) => {
-                *listeners = listeners.saturating_sub(1);
-                *listeners == 0
+        let replies = futures_util::future::try_join_all(calls)
+            .await
+            .map_err(backend_error("renew"))?;
+        let mut renewed = vec![false; locks.len()];
+        for (group, reply) in replies {
+            for (i, r) in group.into_iter().zip(reply) {
+                renewed[i] = r == 1;
             }
-            None => false,
         }
-    }
-
-    /// Unsubscribes from `channel` if still nobody listens (checked under the subscriber's
-    /// lock, so a subscription made meanwhile wins).
-    async fn unsubscribe_if_idle(&self, channel: String) {
-        let mut slot = self.subscriber.lock().await;
-        let idle = {
-            let mut channels = lock_channels(&self.channels);
-            let idle = channels.get(&channel).is_some_and(|(_, n)| *n == 0);
-            if idle {
-                channels.remove(&channel);
-            }
-            idle
-        };
-        if idle
-            && let Some(subscriber) = slot.as_mut()
-            && subscriber.sink.unsubscribe(&channel).await.is_err()
-        {
-            *slot = None;
-        }
+        Ok(renewed)
     }
 }
 
@@ -773,37 +718,6 @@ impl Drop for RedisWaiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_fair_option_is_taken_out_of_the_url() {
-        let cases = [
-            ("redis://h:1/", "redis://h:1/", None),
-            ("redis://h:1/?fair=true", "redis://h:1/", Some(true)),
-            ("redis://h:1/?fair=0", "redis://h:1/", Some(false)),
-            (
-                "redis://h:1/2?protocol=resp3&fair=false",
-                "redis://h:1/2?protocol=resp3",
-                Some(false),
-            ),
-            (
-                "redis://h:1/?a=b&fair=1&c=d",
-                "redis://h:1/?a=b&c=d",
-                Some(true),
-            ),
-        ];
-        for (url, rest, fair) in cases {
-            assert_eq!(
-                take_fair_option(url).unwrap(),
-                (rest.to_owned(), fair),
-                "{url}"
-            );
-        }
-        assert!(
-            take_fair_option("redis://h/?fair=maybe")
-                .unwrap_err()
-                .is_invalid_input()
-        );
-    }
 
     #[test]
     fn keys_of_one_lock_share_a_hash_tag() {

@@ -42,7 +42,55 @@ fn redis(scheme: &str) -> Target {
     Target::new(url)
 }
 
+/// A Redis deployment `scripts/test` starts: the URL in `variable`, or the one the script
+/// starts by default. Fails, never skips, when its first address does not answer.
+#[cfg(feature = "redis")]
+fn redis_deployment(variable: &str, default: &str) -> Target {
+    let url = std::env::var(variable).unwrap_or_else(|_| default.into());
+    let first = url
+        .split_once("://")
+        .map_or("", |(_, rest)| rest)
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .split([',', '/', '?'])
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if std::net::TcpStream::connect(&first).is_err() {
+        panic!("Redis is not reachable at {first} ({url}); start it with scripts/test");
+    }
+    Target::new(url)
+}
+
+/// The Sentinel group of `scripts/test` (master, replica, three sentinels).
+#[cfg(feature = "redis")]
+fn redis_sentinel() -> Target {
+    redis_deployment(
+        "DISTLOCK_REDIS_SENTINEL_URL",
+        "redis+sentinel://127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384/distlock",
+    )
+}
+
+/// The 3-master Cluster of `scripts/test`.
+#[cfg(feature = "redis")]
+fn redis_cluster() -> Target {
+    redis_deployment(
+        "DISTLOCK_REDIS_CLUSTER_URL",
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002/",
+    )
+}
+
 distlock::conformance_suite!(memory, memory());
+#[cfg(feature = "redis")]
+distlock::conformance_suite!(redis_sentinel, redis_sentinel());
+#[cfg(feature = "redis")]
+distlock::conformance_suite!(redis_cluster, redis_cluster());
+#[cfg(feature = "redis")]
+distlock::conformance_suite!(redis_cluster_spin, {
+    let cluster = redis_cluster();
+    Target::new(format!("{}?spin=true", cluster.url()))
+});
 #[cfg(feature = "redis")]
 distlock::conformance_suite!(redis, redis("redis"));
 #[cfg(feature = "redis")]
@@ -62,6 +110,12 @@ fn redis_unfair() -> Target {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_waiters_are_served_in_order() {
     distlock::conformance::fair_waiters_are_served_in_order(redis("redis").url()).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_cluster_waiters_are_served_in_order() {
+    distlock::conformance::fair_waiters_are_served_in_order(redis_cluster().url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,0 +1,549 @@
+//! How distlock reaches Redis: a standalone server, the master a Sentinel group names, or a
+//! Cluster. Parses the URL, and gives the lock one command connection whatever the deployment.
+
+use std::sync::Arc;
+use std::sync::Mutex as StdMutex;
+use std::time::Duration;
+
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, Value};
+
+use crate::error::{Error, Result};
+
+/// How long connecting to a server may take before distlock gives up on it.
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a Sentinel or Cluster command may wait for its reply; a hung master is then
+/// abandoned and the next command finds the master again.
+pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where the servers are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Deployment {
+    /// One server: the URL the `redis` crate reads (`redis://...`).
+    Standalone(String),
+    /// A Sentinel group: the sentinels' URLs, the monitored service's name, and the master's
+    /// database, user name and password.
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+        db: i64,
+        username: Option<String>,
+        password: Option<String>,
+    },
+    /// A Cluster: some of its nodes' URLs (the rest are discovered).
+    Cluster {
+        nodes: Vec<String>,
+        username: Option<String>,
+        password: Option<String>,
+    },
+}
+
+/// distlock's own URL options, taken out of the query before the rest reaches the `redis` crate.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Options {
+    pub fair: Option<bool>,
+    pub spin: bool,
+}
+
+/// What one URL says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Target {
+    pub scheme: &'static str,
+    pub deployment: Deployment,
+    pub options: Options,
+}
+
+const URL_FORMS: &str = "write redis://[user:password@]host[:port][/db], \
+     redis+sentinel://[user:password@]host:port[,host:port...]/service[/db] or \
+     redis+cluster://[user:password@]host:port[,host:port...]/";
+
+fn bad_url(reason: impl std::fmt::Display) -> Error {
+    Error::invalid("URL", format!("{reason}; {URL_FORMS}"))
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool> {
+    match value {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        other => Err(Error::invalid(
+            "URL",
+            format!("{key}={other:?} must be true or false"),
+        )),
+    }
+}
+
+/// Removes distlock's options (`fair`, `spin`) from a URL's query; returns the URL without them.
+pub(super) fn take_options(url: &str) -> Result<(String, Options)> {
+    let mut options = Options::default();
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), options));
+    };
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("fair", value)) => options.fair = Some(parse_bool("fair", value)?),
+            Some(("spin", value)) => options.spin = parse_bool("spin", value)?,
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, options))
+}
+
+/// Splits `[user:password@]hosts[/path]` into its credentials, host list and path.
+fn split_authority(rest: &str) -> (Option<String>, Option<String>, &str, &str) {
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (credentials, hosts) = match authority.rsplit_once('@') {
+        Some((credentials, hosts)) => (Some(credentials), hosts),
+        None => (None, authority),
+    };
+    let (username, password) = match credentials {
+        None => (None, None),
+        Some(c) => match c.split_once(':') {
+            Some((user, password)) => (
+                Some(user.to_owned()).filter(|u| !u.is_empty()),
+                Some(password.to_owned()),
+            ),
+            None => (Some(c.to_owned()).filter(|u| !u.is_empty()), None),
+        },
+    };
+    (username, password, hosts, path)
+}
+
+/// `host:port,host:port` → `redis://host:port` each.
+fn host_list(hosts: &str, what: &str) -> Result<Vec<String>> {
+    let mut urls = Vec::new();
+    for host in hosts.split(',') {
+        let Some((name, port)) = host.rsplit_once(':') else {
+            return Err(bad_url(format!("{what} {host:?} has no port")));
+        };
+        if name.is_empty() || port.parse::<u16>().is_err() {
+            return Err(bad_url(format!("{what} {host:?} is not host:port")));
+        }
+        urls.push(format!("redis://{host}"));
+    }
+    Ok(urls)
+}
+
+/// Parses a distlock Redis URL.
+pub(super) fn parse(url: &str) -> Result<Target> {
+    let (url, mut options) = take_options(url)?;
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad_url(format!("{url:?} has no scheme")));
+    };
+    let (scheme, deployment): (&'static str, _) = match scheme {
+        "redis" => ("redis", Deployment::Standalone(url.clone())),
+        "redis+spin" => {
+            options.spin = true;
+            (
+                "redis+spin",
+                Deployment::Standalone(format!("redis://{rest}")),
+            )
+        }
+        "redis+sentinel" => {
+            let (username, password, hosts, path) = split_authority(rest);
+            let mut parts = path.split('/').filter(|p| !p.is_empty());
+            let service = parts
+                .next()
+                .ok_or_else(|| bad_url("the Sentinel URL names no service"))?
+                .to_owned();
+            let db = match parts.next() {
+                None => 0,
+                Some(db) => db
+                    .parse()
+                    .map_err(|_| bad_url(format!("database {db:?} is not a number")))?,
+            };
+            let sentinels = host_list(hosts, "sentinel")?;
+            (
+                "redis+sentinel",
+                Deployment::Sentinel {
+                    sentinels,
+                    service,
+                    db,
+                    username,
+                    password,
+                },
+            )
+        }
+        "redis+cluster" => {
+            let (username, password, hosts, path) = split_authority(rest);
+            if !path.is_empty() && path != "0" {
+                return Err(bad_url(format!(
+                    "a Cluster has only database 0, not {path:?}"
+                )));
+            }
+            let nodes = host_list(hosts, "cluster node")?;
+            (
+                "redis+cluster",
+                Deployment::Cluster {
+                    nodes,
+                    username,
+                    password,
+                },
+            )
+        }
+        other => return Err(bad_url(format!("{other:?} is not a Redis scheme"))),
+    };
+    if options.spin && options.fair == Some(true) {
+        return Err(Error::invalid(
+            "URL",
+            "fair=true needs pub/sub wake-ups; the spin lock cannot be fair",
+        ));
+    }
+    Ok(Target {
+        scheme,
+        deployment,
+        options,
+    })
+}
+
+/// The command connection of one client.
+#[derive(Clone)]
+pub(super) enum Commands {
+    /// A reconnecting connection to one server.
+    Standalone(ConnectionManager),
+    /// A connection to the master the sentinels name, found again after a failover.
+    Sentinel(Following),
+    /// A connection to every master of a Cluster, routing each command by its keys' slot.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Commands {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Commands::Standalone(c) => c.req_packed_command(cmd),
+            Commands::Sentinel(c) => Box::pin(c.command(cmd)),
+            Commands::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Commands::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Commands::Sentinel(c) => Box::pin(c.commands(pipeline, offset, count)),
+            Commands::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Commands::Standalone(c) => c.get_db(),
+            Commands::Sentinel(c) => c.db,
+            Commands::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// Opens the command connection of a standalone server.
+pub(super) async fn standalone(client: &redis::Client) -> redis::RedisResult<Commands> {
+    // Fail fast on a server that is not there; reconnects later retry with backoff.
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_number_of_retries(2);
+    Ok(Commands::Standalone(
+        client.get_connection_manager_with_config(config).await?,
+    ))
+}
+
+/// A connection that follows a Sentinel group's master.
+///
+/// The `redis` crate's connection manager reconnects to the address it was given, which after
+/// a failover is a replica (or nothing). This asks the sentinels for the master, checks that
+/// the server it reaches calls itself master, and asks again whenever the connection breaks or
+/// the server answers READONLY (it was demoted). A command refused with READONLY changed
+/// nothing, so it is sent once more to the new master; a command whose connection broke may
+/// or may not have run, so its error goes to the caller (retrying an acquire could take a
+/// second hold).
+#[derive(Clone)]
+pub(super) struct Following {
+    shared: Arc<FollowingShared>,
+    db: i64,
+}
+
+struct FollowingShared {
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    /// The current master: its client (for pub/sub) and command connection, with a number
+    /// that changes at each rediscovery.
+    current: StdMutex<Option<Master>>,
+}
+
+#[derive(Clone)]
+struct Master {
+    generation: u64,
+    client: redis::Client,
+    connection: MultiplexedConnection,
+}
+
+fn is_demoted(error: &redis::RedisError) -> bool {
+    matches!(error.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+}
+
+fn is_broken(error: &redis::RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_unrecoverable_error()
+        || error.is_timeout()
+}
+
+impl Following {
+    pub(super) fn new(
+        sentinels: Vec<String>,
+        service: &str,
+        db: i64,
+        username: Option<String>,
+        password: Option<String>,
+    ) -> Result<Self> {
+        let mut info = redis::RedisConnectionInfo::default().set_db(db);
+        if let Some(username) = username {
+            info = info.set_username(username);
+        }
+        if let Some(password) = password {
+            info = info.set_password(password);
+        }
+        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
+        let sentinel = SentinelClient::build(
+            sentinels,
+            service.to_owned(),
+            Some(node),
+            SentinelServerType::Master,
+        )
+        .map_err(bad_url)?;
+        Ok(Following {
+            shared: Arc::new(FollowingShared {
+                sentinel: tokio::sync::Mutex::new(sentinel),
+                current: StdMutex::new(None),
+            }),
+            db,
+        })
+    }
+
+    fn current(&self) -> Option<Master> {
+        self.shared
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The current master, asking the sentinels when there is none.
+    async fn master(&self) -> redis::RedisResult<Master> {
+        if let Some(master) = self.current() {
+            return Ok(master);
+        }
+        // One discovery at a time; whoever waited behind it uses its result.
+        let mut sentinel = self.shared.sentinel.lock().await;
+        if let Some(master) = self.current() {
+            return Ok(master);
+        }
+        let client = sentinel.async_get_client().await?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let connection = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let mut slot = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let generation = slot.as_ref().map_or(0, |m| m.generation) + 1;
+        let master = Master {
+            generation,
+            client,
+            connection,
+        };
+        *slot = Some(master.clone());
+        tracing::debug!(generation, "found the redis master through the sentinels");
+        Ok(master)
+    }
+
+    /// Forgets the master of `generation` (not a newer one found meanwhile).
+    fn forget(&self, generation: u64) {
+        let mut slot = self
+            .shared
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|m| m.generation == generation) {
+            tracing::info!("lost the redis master; asking the sentinels again");
+            *slot = None;
+        }
+    }
+
+    /// A client for the current master (for pub/sub connections).
+    pub(super) async fn master_client(&self) -> redis::RedisResult<redis::Client> {
+        Ok(self.master().await?.client)
+    }
+
+    async fn command(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        let mut master = self.master().await?;
+        match master.connection.req_packed_command(cmd).await {
+            Err(e) if is_demoted(&e) => {
+                self.forget(master.generation);
+                let mut master = self.master().await?;
+                master.connection.req_packed_command(cmd).await
+            }
+            Err(e) => {
+                if is_broken(&e) {
+                    self.forget(master.generation);
+                }
+                Err(e)
+            }
+            ok => ok,
+        }
+    }
+
+    async fn commands(
+        &self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let mut master = self.master().await?;
+        let result = master
+            .connection
+            .req_packed_commands(pipeline, offset, count)
+            .await;
+        if let Err(e) = &result
+            && (is_broken(e) || is_demoted(e))
+        {
+            self.forget(master.generation);
+        }
+        result
+    }
+}
+
+/// The Cluster hash slot of a key (CRC16/XMODEM of its hash tag, modulo 16384).
+pub(super) fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = key
+        .find('{')
+        .and_then(|open| {
+            let after = &bytes[open + 1..];
+            let close = after.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &after[..close])
+        })
+        .unwrap_or(bytes);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from CLUSTER KEYSLOT on Redis 7.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("bar"), 5061);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("{user1000}.following"), 3443);
+        assert_eq!(slot("foo{}{bar}"), 8363);
+        assert_eq!(slot("foo{{bar}}zap"), 4015);
+    }
+
+    #[test]
+    fn options_are_taken_out_of_the_url() {
+        let cases = [
+            ("redis://h:1/", "redis://h:1/", None, false),
+            ("redis://h:1/?fair=true", "redis://h:1/", Some(true), false),
+            (
+                "redis://h:1/?fair=0&spin=1",
+                "redis://h:1/",
+                Some(false),
+                true,
+            ),
+            (
+                "redis://h:1/2?protocol=resp3&fair=false",
+                "redis://h:1/2?protocol=resp3",
+                Some(false),
+                false,
+            ),
+            (
+                "redis://h:1/?a=b&fair=1&c=d",
+                "redis://h:1/?a=b&c=d",
+                Some(true),
+                false,
+            ),
+        ];
+        for (url, rest, fair, spin) in cases {
+            assert_eq!(
+                take_options(url).unwrap(),
+                (rest.to_owned(), Options { fair, spin }),
+                "{url}"
+            );
+        }
+        for bad in ["redis://h/?fair=maybe", "redis://h/?spin=yes"] {
+            assert!(take_options(bad).unwrap_err().is_invalid_input(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn deployments_are_parsed() {
+        let target = parse("redis+sentinel://:pw@a:1,b:2/svc/3?fair=false").unwrap();
+        assert_eq!(target.scheme, "redis+sentinel");
+        assert_eq!(target.options.fair, Some(false));
+        assert_eq!(
+            target.deployment,
+            Deployment::Sentinel {
+                sentinels: vec!["redis://a:1".into(), "redis://b:2".into()],
+                service: "svc".into(),
+                db: 3,
+                username: None,
+                password: Some("pw".into()),
+            }
+        );
+        let target = parse("redis+cluster://a:1,b:2/?spin=true").unwrap();
+        assert!(target.options.spin);
+        assert_eq!(
+            target.deployment,
+            Deployment::Cluster {
+                nodes: vec!["redis://a:1".into(), "redis://b:2".into()],
+                username: None,
+                password: None,
+            }
+        );
+        let target = parse("redis+spin://h:1/2").unwrap();
+        assert!(target.options.spin);
+        assert_eq!(
+            target.deployment,
+            Deployment::Standalone("redis://h:1/2".into())
+        );
+        for bad in [
+            "redis+sentinel://a:1,b:2/",
+            "redis+sentinel://a:1/svc/x",
+            "redis+sentinel://a/svc",
+            "redis+cluster://a:1/5",
+            "redis+cluster://a:port/",
+            "redis+spin://h/?fair=true",
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.is_invalid_input(), "{bad}: {err}");
+        }
+    }
+}
