@@ -348,7 +348,19 @@ impl Following {
         if let Some(master) = self.current() {
             return Ok(master);
         }
-        let client = sentinel.async_get_client().await?;
+        // During a failover the sentinels may name no usable master for a moment (the old
+        // one flagged down, the new one not yet announced): ask again for a while.
+        let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+        let client = loop {
+            match sentinel.async_get_client().await {
+                Ok(client) => break client,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "no redis master yet; asking the sentinels again");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
