@@ -123,8 +123,18 @@ fn lock_url(strategy: Strategy, db: &Path, args: &DemoArgs) -> Option<String> {
     match strategy {
         Strategy::TableLock => Some(format!("sqlite://{}", db.display())),
         Strategy::Redis => Some(args.redis.clone()),
-        Strategy::RedisSpin => Some(args.redis.replacen("redis://", "redis+spin://", 1)),
+        Strategy::RedisSpin => Some(spin_url(&args.redis)),
         Strategy::None | Strategy::InProcess => None,
+    }
+}
+
+/// The spin lock on the deployment a Redis URL names (standalone, Sentinel or Cluster).
+fn spin_url(redis: &str) -> String {
+    if redis.starts_with("redis://") {
+        redis.replacen("redis://", "redis+spin://", 1)
+    } else {
+        let separator = if redis.contains('?') { '&' } else { '?' };
+        format!("{redis}{separator}spin=true")
     }
 }
 

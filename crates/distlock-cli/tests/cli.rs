@@ -268,6 +268,51 @@ cross_process_suite! {
     };
     redis => (redis_url(), ());
     redis_spin => (redis_url().replacen("redis://", "redis+spin://", 1), ());
+    redis_sentinel => (redis_sentinel_url(), ());
+    redis_cluster => (redis_cluster_url(), ());
+}
+
+/// The Sentinel group `scripts/test` starts (`DISTLOCK_REDIS_SENTINEL_URL` overrides).
+fn redis_sentinel_url() -> String {
+    std::env::var("DISTLOCK_REDIS_SENTINEL_URL").unwrap_or_else(|_| {
+        "redis+sentinel://127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384/distlock".into()
+    })
+}
+
+/// The Cluster `scripts/test` starts (`DISTLOCK_REDIS_CLUSTER_URL` overrides).
+fn redis_cluster_url() -> String {
+    std::env::var("DISTLOCK_REDIS_CLUSTER_URL")
+        .unwrap_or_else(|_| "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002/".into())
+}
+
+#[test]
+fn demo_is_exact_on_sentinel_and_cluster() {
+    for url in [redis_sentinel_url(), redis_cluster_url()] {
+        let output = distlock(&[
+            "demo",
+            "--json",
+            "--strategy",
+            "redis",
+            "--strategy",
+            "redis-spin",
+            "--stock",
+            "20",
+            "--orders",
+            "60",
+            "--workers",
+            "2",
+            "--redis",
+            &url,
+        ]);
+        let report = stdout_json(&output);
+        let results = report["results"].as_array().expect("results");
+        assert_eq!(results.len(), 2, "{url}: {report}");
+        for r in results {
+            assert_eq!(r["exact"], true, "{url}: {r}");
+            assert_eq!(r["accepted"], 20, "{url}: {r}");
+            assert_eq!(r["final_stock"], 0, "{url}: {r}");
+        }
+    }
 }
 
 /// The Redis server `scripts/test` makes sure of (`DISTLOCK_REDIS_URL` overrides).
