@@ -277,6 +277,49 @@ mod redis_server_loss {
         }
     }
 
+    /// A waiter whose pub/sub connection is cut (as Sentinel does to every client of a
+    /// demoted master) is woken by the next release all the same: the client opens a new
+    /// connection by itself instead of leaving the waiter to sleep out the holder's lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_hears_releases_after_its_pub_sub_connection_is_cut() {
+        let server = OwnRedis::start();
+        // Unfair mode: a waiter relies on the announcement alone until the holder's lease
+        // (30 s) runs out; fair mode would also ask every 250 ms.
+        let url = format!("redis://127.0.0.1:{}/?fair=false", server.port);
+        let holder = distlock::connect(&url).await.unwrap();
+        let waiter = distlock::connect(&url).await.unwrap();
+        let guard = holder.mutex("cut").unwrap().acquire().await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let options = distlock::AcquireOptions::new().wait(Duration::from_secs(20));
+            let started = Instant::now();
+            let guard = waiter.mutex("cut").unwrap().acquire_with(options).await;
+            (guard.map(|g| g.fencing_token()), started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let killed = Command::new("redis-cli")
+            .args([
+                "-p",
+                &server.port.to_string(),
+                "client",
+                "kill",
+                "type",
+                "pubsub",
+            ])
+            .output()
+            .expect("redis-cli runs");
+        assert_eq!(String::from_utf8_lossy(&killed.stdout).trim(), "1");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let released = Instant::now();
+        guard.release().await.unwrap();
+        let (granted, _) = waiting.await.unwrap();
+        assert!(granted.is_ok(), "{granted:?}");
+        assert!(
+            released.elapsed() < Duration::from_secs(2),
+            "the waiter was granted {:?} after the release: it slept out the lease",
+            released.elapsed()
+        );
+    }
+
     /// When the server goes away, renewals fail and `lost()` fires once the lease the client
     /// last secured has run out: within one lease of the server's death, never "never".
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -396,6 +396,13 @@ impl Following {
         }
     }
 
+    /// Forgets the current master, whichever it is.
+    pub(super) fn forget_current(&self) {
+        if let Some(master) = self.current() {
+            self.forget(master.generation);
+        }
+    }
+
     /// A client for the current master (for pub/sub connections).
     pub(super) async fn master_client(&self) -> redis::RedisResult<redis::Client> {
         Ok(self.master().await?.client)

@@ -9,9 +9,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
 
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use redis::aio::PubSubSink;
 use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
@@ -20,6 +22,10 @@ use tokio::sync::{mpsc, watch};
 use super::backend_error;
 use super::deployment::Following;
 use crate::error::Result;
+
+/// The first and the longest pause before opening a closed pub/sub connection again.
+const RECONNECT_FIRST: Duration = Duration::from_millis(50);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
 
 /// Where the hub's connection comes from.
 pub(super) enum Source {
@@ -107,46 +113,90 @@ impl ReleaseHub {
 
     /// Opens the pub/sub connection, starts its reader, and subscribes again to every channel
     /// that still has listeners (after a lost connection).
-    async fn connect(&self) -> Result<Subscriber> {
-        let client = match &self.source {
-            Source::Server(client) => client.clone(),
-            Source::Sentinel(following) => following
-                .master_client()
-                .await
-                .map_err(backend_error("find the master for pub/sub"))?,
-            Source::Cluster { connection, pushes } => {
-                return self.connect_cluster(connection, pushes);
+    ///
+    /// A boxed future, not an `async fn`: its reader calls [`Self::reconnect`], which calls
+    /// this, a cycle the compiler cannot prove `Send` through opaque types.
+    fn connect(self: &Arc<Self>) -> BoxFuture<'_, Result<Subscriber>> {
+        Box::pin(async move {
+            let client = match &self.source {
+                Source::Server(client) => client.clone(),
+                Source::Sentinel(following) => following
+                    .master_client()
+                    .await
+                    .map_err(backend_error("find the master for pub/sub"))?,
+                Source::Cluster { connection, pushes } => {
+                    return self.connect_cluster(connection, pushes);
+                }
+            };
+            let pubsub = match client.get_async_pubsub().await {
+                Ok(pubsub) => pubsub,
+                Err(error) => {
+                    if let Source::Sentinel(following) = &self.source {
+                        // Most likely the master is gone: ask the sentinels next time.
+                        following.forget_current();
+                    }
+                    return Err(backend_error("open the pub/sub connection")(error));
+                }
+            };
+            let (mut sink, mut stream) = pubsub.split();
+            let alive = Arc::new(AtomicBool::new(true));
+            let (channels, reader_alive) = (self.channels.clone(), alive.clone());
+            let hub = Arc::downgrade(self);
+            tokio::spawn(async move {
+                while let Some(message) = stream.next().await {
+                    let who: Arc<str> = message
+                        .get_payload::<String>()
+                        .map_or_else(|_| "*".into(), Into::into);
+                    announce(&channels, message.get_channel_name(), who);
+                }
+                reader_alive.store(false, Ordering::Release);
+                tracing::warn!("redis pub/sub connection closed");
+                // Until a new connection listens, waiters fall back to their timeouts (the
+                // holder's remaining lease): open one now rather than at the next subscription.
+                Self::reconnect(hub).await;
+            });
+            let listened = self.listened();
+            if !listened.is_empty() {
+                sink.subscribe(&listened)
+                    .await
+                    .map_err(backend_error("subscribe"))?;
             }
-        };
-        let (mut sink, mut stream) = client
-            .get_async_pubsub()
-            .await
-            .map_err(backend_error("open the pub/sub connection"))?
-            .split();
-        let alive = Arc::new(AtomicBool::new(true));
-        let (channels, reader_alive) = (self.channels.clone(), alive.clone());
-        tokio::spawn(async move {
-            while let Some(message) = stream.next().await {
-                let who: Arc<str> = message
-                    .get_payload::<String>()
-                    .map_or_else(|_| "*".into(), Into::into);
-                announce(&channels, message.get_channel_name(), who);
-            }
-            // Waiters fall back to their timeouts (the holder's remaining lease) until the
-            // next subscription reconnects.
-            reader_alive.store(false, Ordering::Release);
-            tracing::warn!("redis pub/sub connection closed");
-        });
-        let listened = self.listened();
-        if !listened.is_empty() {
-            sink.subscribe(&listened)
-                .await
-                .map_err(backend_error("subscribe"))?;
-        }
-        Ok(Subscriber {
-            sink: Sink::PubSub(sink),
-            alive,
+            Ok(Subscriber {
+                sink: Sink::PubSub(sink),
+                alive,
+            })
         })
+    }
+
+    /// After the pub/sub connection closed: opens a new one (on the current master, for a
+    /// Sentinel group) as long as somebody listens, retrying with a growing pause.
+    async fn reconnect(hub: Weak<Self>) {
+        let mut pause = RECONNECT_FIRST;
+        loop {
+            tokio::time::sleep(pause).await;
+            let Some(hub) = hub.upgrade() else { return };
+            let mut slot = hub.subscriber.lock().await;
+            if slot
+                .as_ref()
+                .is_some_and(|s| s.alive.load(Ordering::Acquire))
+                || hub.listened().is_empty()
+            {
+                // Somebody reconnected already, or nobody needs the connection.
+                return;
+            }
+            match hub.connect().await {
+                Ok(subscriber) => {
+                    *slot = Some(subscriber);
+                    tracing::info!("redis pub/sub connection opened again");
+                    return;
+                }
+                Err(error) => {
+                    *slot = None;
+                    tracing::warn!(%error, "redis pub/sub connection cannot be opened yet");
+                    pause = (pause * 2).min(RECONNECT_MAX);
+                }
+            }
+        }
     }
 
     /// Starts the reader of a Cluster connection's pushes. The connection itself reconnects
@@ -173,7 +223,10 @@ impl ReleaseHub {
         })
     }
 
-    pub(super) async fn subscribe(&self, channel: &str) -> Result<watch::Receiver<Arc<str>>> {
+    pub(super) async fn subscribe(
+        self: &Arc<Self>,
+        channel: &str,
+    ) -> Result<watch::Receiver<Arc<str>>> {
         let mut slot = self.subscriber.lock().await;
         let (receiver, first) = {
             let mut channels = lock_channels(&self.channels);
