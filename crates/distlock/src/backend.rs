@@ -117,8 +117,14 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Starts listening for releases of `name` on behalf of `owner`, before the attempt that
     /// may fail, so that no release between that attempt and the wait is missed. A fair
-    /// backend also queues `owner` here; dropping the waiter leaves the queue.
-    async fn subscribe(&self, name: &LockName, owner: &Owner) -> Result<Box<dyn ReleaseWaiter>>;
+    /// backend also queues `owner` here; dropping the waiter leaves the queue. `lease` is the
+    /// lease the caller asks for, for a backend that hands the lock to its next waiter.
+    async fn subscribe(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<Box<dyn ReleaseWaiter>>;
 
     /// Releases one of `owner`'s holds on `name`.
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released>;
@@ -145,6 +151,30 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 #[async_trait]
 pub trait ReleaseWaiter: Send {
     /// Returns when the lock may have been released since the subscription or the previous
-    /// wait, or when `max` has passed. Spurious returns are allowed; the caller tries again.
-    async fn wait(&mut self, max: Duration);
+    /// wait, or when `max` has passed: [`Woken::Retry`], and the caller tries again (spurious
+    /// returns are allowed). A backend that hands a released lock straight to its next waiter
+    /// returns [`Woken::Granted`] instead: the waiter holds the lock (one hold) and must not
+    /// ask again. Dropping a waiter that was handed the lock but did not return it gives the
+    /// lock back.
+    async fn wait(&mut self, max: Duration) -> Woken;
+}
+
+/// What ended a [`ReleaseWaiter::wait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Woken {
+    /// The lock may be free: try to acquire it again.
+    Retry,
+    /// The lock was handed to this waiter.
+    Granted {
+        /// The grant's fencing token.
+        fencing_token: u64,
+        /// A moment no later than the grant.
+        since: tokio::time::Instant,
+        /// The lease the handover granted, from `since` at the latest; usually shorter than
+        /// the lease the waiter asked for, which the caller then sets with
+        /// [`Backend::extend`] (so that a waiter that died while queued blocks the lock only
+        /// briefly).
+        lease: Duration,
+    },
 }

@@ -349,19 +349,40 @@ impl ClientInner {
         }
     }
 
-    /// After a successful extension: a fixed lease from now on.
+    /// Marks `grant` lost if it is still registered: a reply to a request sent before the
+    /// guard's release began, not an answer about a lock that is released meanwhile.
+    pub(crate) fn lost_if_current(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+        reason: &str,
+    ) {
+        let registry = self.registry();
+        if registry
+            .slots
+            .get(&(name.clone(), owner.clone()))
+            .is_some_and(|slot| Arc::ptr_eq(&slot.grant, grant))
+        {
+            grant.mark_lost(name, reason);
+        }
+    }
+
+    /// After a successful extension: a fixed lease from now on, unless `renewing` (a renewed
+    /// lock whose first lease was set by an extension).
     pub(crate) fn extended(
         &self,
         name: &LockName,
         owner: &Owner,
         grant: &Arc<Grant>,
         deadline: Instant,
+        renewing: bool,
     ) {
         let mut registry = self.registry();
         if let Some(slot) = registry.slots.get_mut(&(name.clone(), owner.clone()))
             && Arc::ptr_eq(&slot.grant, grant)
         {
-            slot.renew = false;
+            slot.renew &= renewing;
             slot.deadline = deadline;
         }
         drop(registry);

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released};
+use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::error::Result;
 use crate::name::LockName;
 
@@ -178,7 +178,12 @@ impl Backend for MemoryBackend {
         })
     }
 
-    async fn subscribe(&self, name: &LockName, owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
+    async fn subscribe(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        _lease: Duration,
+    ) -> Result<Box<dyn ReleaseWaiter>> {
         let mut state = self.state();
         let receiver = state
             .releases
@@ -298,7 +303,14 @@ impl Drop for MemoryWaiter {
 
 #[async_trait]
 impl ReleaseWaiter for MemoryWaiter {
-    async fn wait(&mut self, max: Duration) {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        self.wait_for_release(max).await;
+        Woken::Retry
+    }
+}
+
+impl MemoryWaiter {
+    async fn wait_for_release(&mut self, max: Duration) {
         // `changed` returns at once for a release signalled since the last wait.
         match tokio::time::timeout(max, self.receiver.changed()).await {
             Ok(Ok(())) | Err(_) => {}

@@ -8,7 +8,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::{Acquired, Extended, Owner, ReleaseWaiter, Released};
+use crate::backend::{Acquired, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::client::{ClientInner, Grant, MAX_DURATION, validate_lease};
 use crate::error::{Error, Result};
 use crate::finish::FinishOnDrop;
@@ -188,31 +188,15 @@ async fn acquire_loop(
                 fencing_token,
                 holds,
             } => {
-                let renew = options.lease.is_none();
-                let grant = client.register(
+                let deadline = attempt_start + lease;
+                return Ok(Some(granted(
+                    client,
                     name,
                     owner,
-                    fencing_token,
-                    holds <= 1,
-                    renew,
-                    attempt_start + lease,
-                );
-                tracing::debug!(
-                    fencing_token,
-                    holds,
-                    waited_ms = start.elapsed().as_millis() as u64,
-                    "granted"
-                );
-                return Ok(Some(Guard {
-                    state: Some(GuardState {
-                        client: client.clone(),
-                        name: name.clone(),
-                        owner: owner.clone(),
-                        fencing_token,
-                        lost: grant.subscribe(),
-                        grant,
-                    }),
-                }));
+                    &options,
+                    (fencing_token, holds, deadline),
+                    start,
+                )));
             }
             Acquired::Held { ttl } => {
                 let remaining = match deadline {
@@ -227,16 +211,99 @@ async fn acquire_loop(
                     None => {
                         // Subscribe, then try again at once: a release between the failed
                         // attempt and the subscription is not missed.
-                        waiter = Some(client.backend.subscribe(name, owner).await?);
+                        waiter = Some(client.backend.subscribe(name, owner, lease).await?);
                     }
                     Some(waiter) => {
                         let ttl = ttl.unwrap_or(remaining).max(Duration::from_millis(1));
                         tracing::trace!(?ttl, "waiting for a release");
-                        waiter.wait(ttl.min(remaining)).await;
+                        if let Woken::Granted {
+                            fencing_token,
+                            since,
+                            lease: handover,
+                        } = waiter.wait(ttl.min(remaining)).await
+                        {
+                            // Handed over by the releaser: held now, for a short lease that
+                            // a background request extends to ours.
+                            let guard = granted(
+                                client,
+                                name,
+                                owner,
+                                &options,
+                                (fencing_token, 1, since + handover),
+                                start,
+                            );
+                            if handover < lease {
+                                confirm_handover(&guard, lease, options.lease.is_none());
+                            }
+                            return Ok(Some(guard));
+                        }
                     }
                 }
             }
         }
+    }
+}
+
+/// Extends a handed-over grant to the lease the caller asked for, in the background; a
+/// refusal marks it lost, an error leaves it to run out (and be reported lost) unless a
+/// renewal succeeds first.
+fn confirm_handover(guard: &Guard, lease: Duration, renewing: bool) {
+    let Some(state) = guard.state.as_ref() else {
+        return;
+    };
+    let (client, name, owner, grant) = (
+        state.client.clone(),
+        state.name.clone(),
+        state.owner.clone(),
+        state.grant.clone(),
+    );
+    tokio::spawn(async move {
+        let start = Instant::now();
+        match client.backend.extend(&name, &owner, lease).await {
+            Ok(Extended::Extended) => {
+                client.extended(&name, &owner, &grant, start + lease, renewing);
+            }
+            Ok(Extended::NotHeld | Extended::HeldByOther) => {
+                client.lost_if_current(
+                    &name,
+                    &owner,
+                    &grant,
+                    "the lock handed over ran out before it was extended",
+                );
+            }
+            Err(error) => {
+                tracing::warn!(lock = %name, %error, "extending a handed-over lock failed");
+            }
+        }
+    });
+}
+
+/// Registers a grant (fencing token, holds, local lease deadline) and makes its guard.
+fn granted(
+    client: &Arc<ClientInner>,
+    name: &LockName,
+    owner: &Owner,
+    options: &AcquireOptions,
+    (fencing_token, holds, deadline): (u64, u32, Instant),
+    start: Instant,
+) -> Guard {
+    let renew = options.lease.is_none();
+    let grant = client.register(name, owner, fencing_token, holds <= 1, renew, deadline);
+    tracing::debug!(
+        fencing_token,
+        holds,
+        waited_ms = start.elapsed().as_millis() as u64,
+        "granted"
+    );
+    Guard {
+        state: Some(GuardState {
+            client: client.clone(),
+            name: name.clone(),
+            owner: owner.clone(),
+            fencing_token,
+            lost: grant.subscribe(),
+            grant,
+        }),
     }
 }
 
@@ -488,9 +555,13 @@ impl Guard {
             .await?;
         match outcome {
             Extended::Extended => {
-                state
-                    .client
-                    .extended(&state.name, &state.owner, &state.grant, start + lease);
+                state.client.extended(
+                    &state.name,
+                    &state.owner,
+                    &state.grant,
+                    start + lease,
+                    false,
+                );
                 tracing::debug!(lock = %state.name, ?lease, "extended");
                 Ok(())
             }

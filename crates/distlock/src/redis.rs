@@ -27,7 +27,7 @@
 //! URL: `redis://[user:password@]host[:port][/db][?fair=false]` or `redis+spin://...`.
 //! Standalone servers only in this release; Sentinel and Cluster are planned.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
@@ -40,7 +40,7 @@ use tokio::sync::watch;
 use self::deployment::{Commands, Deployment, Following};
 use self::hub::{ReleaseHub, Source};
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released};
+use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
@@ -78,7 +78,7 @@ local function grant(lock, fence, owner, lease)
     token = now
     redis.call('set', fence, string.format('%.0f', now))
   end
-  redis.call('hset', lock, owner, 1, ':token', token)
+  redis.call('hset', lock, owner, 1, ':token', string.format('%.0f', token))
   redis.call('pexpire', lock, lease)
   return {1, token, 1}
 end
@@ -92,9 +92,18 @@ end
 ";
 
 /// Lua: the first waiter of a fair queue whose ticket is fresh, removing stale ones; nil when
-/// none. Prefixed to the scripts that need it.
+/// none. And `pass_on`: gives a lock that was just freed to that waiter. Prefixed to the
+/// scripts that need them (after GRANTING).
+///
+/// Queue members are waiter ids, `<owner>#<n>`: one owner may wait in several tasks. A
+/// waiter's terms (`<lease ms> <refresh number>`) say how long a lease it wants and which of
+/// its refreshes the server saw last. A waiter with a lease hands over at once: `pass_on`
+/// grants it the lock, marks the grant `:handoff` = its id and `:seq` = that refresh number,
+/// and announces `!<id> <token> <refresh number>`; the waiter holds the lock as soon as the
+/// message arrives, without asking. A waiter without one (lease 0: too short to hand over
+/// safely) is only named, and asks.
 const LIVE_HEAD: &str = r"
-local function live_head(queue, seen, stale)
+local function live_head(queue, seen, terms, stale)
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   while true do
@@ -104,15 +113,39 @@ local function live_head(queue, seen, stale)
     if last + stale > now then return head end
     redis.call('zrem', queue, head)
     redis.call('hdel', seen, head)
+    redis.call('hdel', terms, head)
+  end
+end
+local function owner_of(id)
+  return string.match(id, '^(.*)#[^#]*$') or id
+end
+local function pass_on(lock, fence, channel, queue, seen, terms, stale)
+  local head = live_head(queue, seen, terms, stale)
+  if not head then
+    redis.call('publish', channel, '*')
+    return
+  end
+  local t = redis.call('hget', terms, head) or '0 0'
+  local lease, seq = string.match(t, '^(%d+) (%d+)$')
+  lease = tonumber(lease or '0')
+  if lease > 0 then
+    local token = grant(lock, fence, owner_of(head), lease)[2]
+    redis.call('hset', lock, ':handoff', head, ':seq', seq)
+    redis.call('zrem', queue, head)
+    redis.call('hdel', seen, head)
+    redis.call('hdel', terms, head)
+    redis.call('publish', channel, '!' .. head .. ' ' .. string.format('%.0f', token) .. ' ' .. seq)
+  else
+    redis.call('publish', channel, head)
   end
 end
 ";
 
-/// KEYS: lock, channel, queue, seen. ARGV: owner, stale ms.
-/// Returns the holds left (0: freed and announced), -1 when free, -2 when held by another.
-/// The announcement names the first queued waiter (fair mode) or is `*` (anyone).
+/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: owner, stale ms.
+/// Returns the holds left (0: freed and passed on), -1 when free, -2 when held by another.
+/// A freed lock goes to the first queued waiter (fair mode), or is announced to anyone.
 const RELEASE: &str = r"
-local lock, channel, owner = KEYS[1], KEYS[2], ARGV[1]
+local lock, owner = KEYS[1], ARGV[1]
 if redis.call('hexists', lock, owner) == 0 then
   if redis.call('exists', lock) == 1 then return -2 end
   return -1
@@ -120,47 +153,65 @@ end
 local holds = redis.call('hincrby', lock, owner, -1)
 if holds > 0 then return holds end
 redis.call('del', lock)
-redis.call('publish', channel, live_head(KEYS[3], KEYS[4], tonumber(ARGV[2])) or '*')
+pass_on(lock, KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]))
 return 0
 ";
 
-/// KEYS: lock, fence, queue, seen. ARGV: owner, lease ms, stale ms.
-/// As ACQUIRE, but a free lock goes only to the first live waiter of the queue (or anyone
-/// when nobody waits): returns {0, -3} when it is reserved for another.
+/// KEYS: lock, fence, queue, seen, terms. ARGV: owner, lease ms, stale ms.
+/// As ACQUIRE, but a free lock goes only to an owner whose waiter is first in the queue (or
+/// anyone when nobody waits): returns {0, -3} when it is reserved for another.
 const ACQUIRE_FAIR: &str = r"
-local lock, fence, queue, seen = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, fence, queue, seen, terms = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, lease = ARGV[1], tonumber(ARGV[2])
 if redis.call('exists', lock) == 1 then
   if redis.call('hexists', lock, owner) == 1 then return reenter(lock, owner, lease) end
   return {0, redis.call('pttl', lock)}
 end
-local head = live_head(queue, seen, tonumber(ARGV[3]))
-if head and head ~= owner then return {0, -3} end
-redis.call('zrem', queue, owner)
-redis.call('hdel', seen, owner)
+local head = live_head(queue, seen, terms, tonumber(ARGV[3]))
+if head then
+  if owner_of(head) ~= owner then return {0, -3} end
+  redis.call('zrem', queue, head)
+  redis.call('hdel', seen, head)
+  redis.call('hdel', terms, head)
+end
 return grant(lock, fence, owner, lease)
 ";
 
-/// KEYS: queue, seen, ticket. ARGV: owner. Queues the owner at the back unless it is queued,
-/// and marks it seen now. Also the refresh.
+/// KEYS: queue, seen, ticket, terms, lock. ARGV: waiter id, lease ms (0: do not hand over),
+/// refresh number. If the lock was handed to this waiter and it has not taken it yet, takes
+/// it: {1, token, refresh number}. Otherwise queues the waiter at the back unless it is
+/// queued, marks it seen now, records its terms: {0}. Also the refresh.
 const ENQUEUE: &str = r"
+local queue, seen, ticket, terms, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if redis.call('hget', lock, ':handoff') == ARGV[1] then
+  redis.call('hdel', lock, ':handoff')
+  return {1, tonumber(redis.call('hget', lock, ':token')), tonumber(redis.call('hget', lock, ':seq'))}
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if not redis.call('zscore', KEYS[1], ARGV[1]) then
-  redis.call('zadd', KEYS[1], redis.call('incr', KEYS[3]), ARGV[1])
+if not redis.call('zscore', queue, ARGV[1]) then
+  redis.call('zadd', queue, redis.call('incr', ticket), ARGV[1])
 end
-redis.call('hset', KEYS[2], ARGV[1], now)
-return 1
+redis.call('hset', seen, ARGV[1], now)
+redis.call('hset', terms, ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
+return {0}
 ";
 
-/// KEYS: lock, channel, queue, seen. ARGV: owner, stale ms. Leaves the queue; if the lock is
-/// free, names the next waiter.
+/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: waiter id, stale ms. Leaves the
+/// queue. A lock handed to this waiter and not taken is given back (one hold); a free lock is
+/// passed on to the next waiter.
 const LEAVE: &str = r"
-redis.call('zrem', KEYS[3], ARGV[1])
-redis.call('hdel', KEYS[4], ARGV[1])
-if redis.call('exists', KEYS[1]) == 0 then
-  local head = live_head(KEYS[3], KEYS[4], tonumber(ARGV[2]))
-  if head then redis.call('publish', KEYS[2], head) end
+local lock, id = KEYS[1], ARGV[1]
+redis.call('zrem', KEYS[4], id)
+redis.call('hdel', KEYS[5], id)
+redis.call('hdel', KEYS[6], id)
+if redis.call('hget', lock, ':handoff') == id then
+  redis.call('hdel', lock, ':handoff')
+  if redis.call('hincrby', lock, owner_of(id), -1) > 0 then return 1 end
+  redis.call('del', lock)
+end
+if redis.call('exists', lock) == 0 then
+  pass_on(lock, KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]))
 end
 return 1
 ";
@@ -190,10 +241,11 @@ end
 return renewed
 ";
 
-/// KEYS: lock, channel, queue, seen. ARGV: stale ms. Returns 1 when the lock was held.
+/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: stale ms. Returns 1 when the lock
+/// was held; the freed lock is passed on as by a release.
 const FORCE_UNLOCK: &str = r"
 if redis.call('del', KEYS[1]) == 1 then
-  redis.call('publish', KEYS[2], live_head(KEYS[3], KEYS[4], tonumber(ARGV[1])) or '*')
+  pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[1]))
   return 1
 end
 return 0
@@ -201,6 +253,9 @@ return 0
 
 /// A queued waiter not seen for this long is skipped (fair mode).
 const TICKET_STALE: Duration = Duration::from_secs(1);
+/// The lease a handover grants (fair mode); the new holder then extends it to the lease it
+/// asked for. A waiter that died while first in line holds a lock back this long at most.
+const HANDOVER_LEASE: Duration = Duration::from_secs(1);
 /// How often a queued waiter marks itself seen, and asks again (fair mode).
 const TICKET_REFRESH: Duration = Duration::from_millis(250);
 
@@ -212,6 +267,7 @@ struct Keys {
     queue: String,
     seen: String,
     ticket: String,
+    terms: String,
 }
 
 impl Keys {
@@ -224,6 +280,7 @@ impl Keys {
             queue: format!("distlock:{{{tag}}}:queue"),
             seen: format!("distlock:{{{tag}}}:seen"),
             ticket: format!("distlock:{{{tag}}}:ticket"),
+            terms: format!("distlock:{{{tag}}}:terms"),
         }
     }
 }
@@ -353,12 +410,12 @@ impl RedisBackend {
             scripts: Arc::new(Scripts {
                 acquire: script(format!("{GRANTING}{ACQUIRE}")),
                 acquire_fair: script(format!("{GRANTING}{LIVE_HEAD}{ACQUIRE_FAIR}")),
-                release: script(format!("{LIVE_HEAD}{RELEASE}")),
+                release: script(format!("{GRANTING}{LIVE_HEAD}{RELEASE}")),
                 extend: script(EXTEND.to_owned()),
                 renew: script(RENEW.to_owned()),
-                force_unlock: script(format!("{LIVE_HEAD}{FORCE_UNLOCK}")),
+                force_unlock: script(format!("{GRANTING}{LIVE_HEAD}{FORCE_UNLOCK}")),
                 enqueue: script(ENQUEUE.to_owned()),
-                leave: script(format!("{LIVE_HEAD}{LEAVE}")),
+                leave: script(format!("{GRANTING}{LIVE_HEAD}{LEAVE}")),
             }),
             releases: Arc::new(ReleaseHub::new(source)),
             scheme: if target.options.spin && target.scheme == "redis" {
@@ -401,6 +458,7 @@ impl Backend for RedisBackend {
                 .key(&keys.fence)
                 .key(&keys.queue)
                 .key(&keys.seen)
+                .key(&keys.terms)
                 .arg(owner.as_str())
                 .arg(millis(lease))
                 .arg(millis(TICKET_STALE))
@@ -436,7 +494,12 @@ impl Backend for RedisBackend {
         }
     }
 
-    async fn subscribe(&self, name: &LockName, owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
+    async fn subscribe(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<Box<dyn ReleaseWaiter>> {
         if self.spin {
             return Ok(Box::new(SpinWaiter { sleep: SPIN_FIRST }));
         }
@@ -448,15 +511,25 @@ impl Backend for RedisBackend {
             channel: keys.channel.clone(),
             receiver,
             queued: None,
+            handed: None,
         };
         if self.fair {
-            let queued = Queued {
+            let mut queued = Queued {
                 backend: self.clone(),
                 keys,
-                owner: owner.as_str().to_owned(),
+                id: format!("{}#{:x}", owner.as_str(), fastrand::u64(..)),
+                // A waiter asking for a lease shorter than a handover's is named, not handed
+                // the lock: it learns of a handover up to a refresh interval late.
+                lease_ms: if lease >= HANDOVER_LEASE {
+                    millis(HANDOVER_LEASE)
+                } else {
+                    0
+                },
+                refreshes: VecDeque::new(),
+                next_refresh: 0,
                 refreshed: tokio::time::Instant::now(),
             };
-            queued.enqueue().await?;
+            waiter.handed = queued.enqueue().await?;
             waiter.queued = Some(queued);
         }
         Ok(Box::new(waiter))
@@ -468,9 +541,11 @@ impl Backend for RedisBackend {
             .scripts
             .release
             .key(&keys.lock)
+            .key(&keys.fence)
             .key(&keys.channel)
             .key(&keys.queue)
             .key(&keys.seen)
+            .key(&keys.terms)
             .arg(owner.as_str())
             .arg(millis(TICKET_STALE))
             .invoke_async(&mut self.connection.clone())
@@ -548,9 +623,11 @@ impl Backend for RedisBackend {
             .scripts
             .force_unlock
             .key(&keys.lock)
+            .key(&keys.fence)
             .key(&keys.channel)
             .key(&keys.queue)
             .key(&keys.seen)
+            .key(&keys.terms)
             .arg(millis(TICKET_STALE))
             .invoke_async(&mut self.connection.clone())
             .await
@@ -606,7 +683,14 @@ struct SpinWaiter {
 
 #[async_trait]
 impl ReleaseWaiter for SpinWaiter {
-    async fn wait(&mut self, max: Duration) {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        self.wait_for_release(max).await;
+        Woken::Retry
+    }
+}
+
+impl SpinWaiter {
+    async fn wait_for_release(&mut self, max: Duration) {
         // Jitter keeps waiters that started together from asking together.
         let nap = self.sleep.mul_f64(0.5 + fastrand::f64());
         self.sleep = (self.sleep * 2).min(SPIN_MAX);
@@ -618,67 +702,160 @@ struct RedisWaiter {
     hub: Arc<ReleaseHub>,
     channel: String,
     receiver: watch::Receiver<Arc<str>>,
-    /// In fair mode: our place in the lock's queue.
+    /// In fair mode: our place in the lock's queue; `None` once we took a lock handed to us.
     queued: Option<Queued>,
+    /// A handover learnt of while queueing, returned by the next wait.
+    handed: Option<Woken>,
 }
 
 /// A waiter's place in a fair lock's queue.
 struct Queued {
     backend: RedisBackend,
     keys: Keys,
-    owner: String,
+    /// `<owner>#<random>`: this waiter, distinct from the owner's other waiters.
+    id: String,
+    /// The lease a handover grants; 0 for "name me, I will ask".
+    lease_ms: u64,
+    /// When each recent refresh was sent, by number.
+    refreshes: VecDeque<(u64, tokio::time::Instant)>,
+    next_refresh: u64,
     refreshed: tokio::time::Instant,
 }
 
+/// How many refresh send times a waiter remembers. The server hands over only to a waiter
+/// seen within `TICKET_STALE`, four refresh intervals, so the refresh it names is recent.
+const REFRESHES_KEPT: usize = 16;
+
 impl Queued {
-    /// Joins the queue, or marks us seen if we are in it.
-    async fn enqueue(&self) -> Result<()> {
-        let _: i64 = self
+    /// Joins the queue, or marks us seen if we are in it; takes the lock if it was handed to
+    /// us and the announcement was missed.
+    async fn enqueue(&mut self) -> Result<Option<Woken>> {
+        let number = self.next_refresh;
+        self.next_refresh += 1;
+        if self.refreshes.len() == REFRESHES_KEPT {
+            self.refreshes.pop_front();
+        }
+        self.refreshes
+            .push_back((number, tokio::time::Instant::now()));
+        let reply: Vec<i64> = self
             .backend
             .scripts
             .enqueue
             .key(&self.keys.queue)
             .key(&self.keys.seen)
             .key(&self.keys.ticket)
-            .arg(&self.owner)
+            .key(&self.keys.terms)
+            .key(&self.keys.lock)
+            .arg(&self.id)
+            .arg(self.lease_ms)
+            .arg(number)
             .invoke_async(&mut self.backend.connection.clone())
             .await
             .map_err(backend_error("queue a waiter"))?;
-        Ok(())
+        self.refreshed = tokio::time::Instant::now();
+        Ok(match reply.as_slice() {
+            [1, token, number] => Some(self.handed(*token, *number)),
+            _ => None,
+        })
     }
+
+    /// The grant handed to us with `token`, made after the server saw refresh `number`.
+    fn handed(&self, token: i64, number: i64) -> Woken {
+        // The grant's lease started after the server saw that refresh, hence after we sent
+        // it: a safe start for our local deadline. Unknown numbers fall back to the oldest.
+        let since = self
+            .refreshes
+            .iter()
+            .find(|(n, _)| i64::try_from(*n).is_ok_and(|n| n == number))
+            .or(self.refreshes.front())
+            .map_or(self.refreshed, |(_, sent)| *sent);
+        Woken::Granted {
+            fencing_token: u64::try_from(token).unwrap_or(0),
+            since,
+            lease: Duration::from_millis(self.lease_ms),
+        }
+    }
+}
+
+/// An announcement, read: `!<id> <token> <refresh>` (the lock was handed to waiter `id`),
+/// `*` (anyone may try), or a waiter id (that waiter may try).
+enum Announced<'a> {
+    Handed {
+        id: &'a str,
+        token: i64,
+        number: i64,
+    },
+    Anyone,
+    Named(&'a str),
+}
+
+fn read_announcement(message: &str) -> Announced<'_> {
+    if message == "*" {
+        return Announced::Anyone;
+    }
+    if let Some(rest) = message.strip_prefix('!') {
+        let mut parts = rest.split(' ');
+        if let (Some(id), Some(token), Some(number), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+            && let (Ok(token), Ok(number)) = (token.parse(), number.parse())
+        {
+            return Announced::Handed { id, token, number };
+        }
+        // Not ours to read: anyone may look.
+        return Announced::Anyone;
+    }
+    Announced::Named(message)
 }
 
 #[async_trait]
 impl ReleaseWaiter for RedisWaiter {
-    async fn wait(&mut self, max: Duration) {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        if let Some(handed) = self.handed.take() {
+            self.queued = None;
+            return handed;
+        }
         let now = tokio::time::Instant::now();
         let mut until = now + max;
         if let Some(queued) = self.queued.as_mut() {
             if now.duration_since(queued.refreshed) >= TICKET_REFRESH {
                 // An error leaves the ticket to go stale; the next refresh queues us again.
-                let _ = queued.enqueue().await;
-                queued.refreshed = tokio::time::Instant::now();
+                if let Ok(Some(handed)) = queued.enqueue().await {
+                    self.queued = None;
+                    return handed;
+                }
             }
             // Return at the next refresh so that the caller asks again: a first waiter that
             // died is only skipped by an acquire after its ticket went stale.
-            until = until.min(queued.refreshed + TICKET_REFRESH);
+            if let Some(queued) = &self.queued {
+                until = until.min(queued.refreshed + TICKET_REFRESH);
+            }
         }
         loop {
             match tokio::time::timeout_at(until, self.receiver.changed()).await {
                 Ok(Ok(())) => {
-                    let who = self.receiver.borrow_and_update().clone();
-                    match &self.queued {
-                        // Fair: only the named waiter goes; the others keep waiting.
-                        Some(queued) if &*who != "*" && *who != *queued.owner => {}
-                        _ => return,
+                    let message = self.receiver.borrow_and_update().clone();
+                    let Some(queued) = &self.queued else {
+                        // Not queued (the race): any announcement is a chance.
+                        return Woken::Retry;
+                    };
+                    match read_announcement(&message) {
+                        Announced::Handed { id, token, number } if id == queued.id => {
+                            let handed = queued.handed(token, number);
+                            self.queued = None;
+                            return handed;
+                        }
+                        Announced::Anyone => return Woken::Retry,
+                        Announced::Named(id) if id == queued.id => return Woken::Retry,
+                        // Another waiter's turn.
+                        Announced::Handed { .. } | Announced::Named(_) => {}
                     }
                 }
                 // The hub dropped the channel; wait out the time instead.
                 Ok(Err(_)) => {
                     tokio::time::sleep_until(until).await;
-                    return;
+                    return Woken::Retry;
                 }
-                Err(_) => return,
+                Err(_) => return Woken::Retry,
             }
         }
     }
@@ -689,18 +866,21 @@ impl Drop for RedisWaiter {
         if let Some(queued) = self.queued.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            // Leave the queue (and name the next waiter if the lock is free). Best effort: a
-            // ticket left behind goes stale in a second.
+            // Leave the queue; give back a lock handed to us that we did not take (and pass a
+            // free lock on). Best effort: a ticket left behind goes stale in a second, and a
+            // lock handed to us frees when its lease ends.
             drop(runtime.spawn(async move {
                 let _: redis::RedisResult<i64> = queued
                     .backend
                     .scripts
                     .leave
                     .key(&queued.keys.lock)
+                    .key(&queued.keys.fence)
                     .key(&queued.keys.channel)
                     .key(&queued.keys.queue)
                     .key(&queued.keys.seen)
-                    .arg(&queued.owner)
+                    .key(&queued.keys.terms)
+                    .arg(&queued.id)
                     .arg(millis(TICKET_STALE))
                     .invoke_async(&mut queued.backend.connection.clone())
                     .await;

@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released};
+use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
@@ -420,7 +420,12 @@ impl Backend for SqliteBackend {
         .await
     }
 
-    async fn subscribe(&self, name: &LockName, owner: &Owner) -> Result<Box<dyn ReleaseWaiter>> {
+    async fn subscribe(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        _lease: Duration,
+    ) -> Result<Box<dyn ReleaseWaiter>> {
         let ticket = if self.fair {
             Some(self.take_ticket(name.as_str(), owner.as_str()).await?)
         } else {
@@ -683,7 +688,14 @@ impl SqliteWaiter {
 
 #[async_trait]
 impl ReleaseWaiter for SqliteWaiter {
-    async fn wait(&mut self, max: Duration) {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        self.wait_for_release(max).await;
+        Woken::Retry
+    }
+}
+
+impl SqliteWaiter {
+    async fn wait_for_release(&mut self, max: Duration) {
         let deadline = tokio::time::Instant::now() + max;
         let mut close_to_front = false;
         let mut first_look = true;

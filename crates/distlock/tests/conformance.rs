@@ -140,8 +140,11 @@ mod fair_checks {
         let locks = distlock::connect("memory://").await.unwrap();
         let (waiter, newcomer) = (locks.holder(), locks.holder());
         let name = distlock::LockName::new(name).unwrap();
-        let queued = backend.subscribe(&name, waiter.owner()).await.unwrap();
         let lease = Duration::from_secs(5);
+        let queued = backend
+            .subscribe(&name, waiter.owner(), lease)
+            .await
+            .unwrap();
         let answer = backend
             .try_acquire(&name, newcomer.owner(), lease)
             .await
@@ -363,6 +366,76 @@ mod redis_fair_mode {
                 .unwrap();
             let name = format!("reserved/{}", fastrand::u64(..));
             fair_checks::queued_waiter_reserves_a_free_lock(&backend, &name, fair).await;
+        }
+    }
+
+    /// A release hands the lock straight to the first waiter: it holds the lock (one hold,
+    /// the grant's token) when its wait returns, without asking; a waiter that missed the
+    /// announcement takes the lock at its next refresh; a waiter dropped before taking it
+    /// gives it back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_hands_the_lock_to_the_first_waiter() {
+        use distlock::backend::{Acquired, Backend, Woken};
+
+        let target = redis("redis");
+        let backend = distlock::redis::RedisBackend::connect(target.url())
+            .await
+            .unwrap();
+        let locks = distlock::connect("memory://").await.unwrap();
+        let name = distlock::LockName::new(format!("handover/{}", fastrand::u64(..))).unwrap();
+        let lease = Duration::from_secs(30);
+        let holder = locks.holder();
+        let hold = || async {
+            let granted = backend.try_acquire(&name, holder.owner(), lease).await;
+            assert!(
+                matches!(granted, Ok(Acquired::Granted { .. })),
+                "{granted:?}"
+            );
+        };
+        for missed_announcement in [false, true] {
+            hold().await;
+            let waiter = locks.holder();
+            let mut queued = backend
+                .subscribe(&name, waiter.owner(), lease)
+                .await
+                .unwrap();
+            backend.release(&name, holder.owner()).await.unwrap();
+            assert_eq!(backend.holds(&name, waiter.owner()).await.unwrap(), 1);
+            if missed_announcement {
+                // Past the refresh interval the waiter refreshes first, which takes the lock.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            let woken = queued.wait(Duration::from_secs(5)).await;
+            let Woken::Granted {
+                lease: handover, ..
+            } = woken
+            else {
+                panic!("the first waiter was not handed the lock: {woken:?}");
+            };
+            assert!(handover <= Duration::from_secs(1), "{handover:?}");
+            drop(queued);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Dropping a waiter that took the lock keeps it.
+            assert_eq!(backend.holds(&name, waiter.owner()).await.unwrap(), 1);
+            backend.release(&name, waiter.owner()).await.unwrap();
+        }
+
+        hold().await;
+        let waiter = locks.holder();
+        let queued = backend
+            .subscribe(&name, waiter.owner(), lease)
+            .await
+            .unwrap();
+        backend.release(&name, holder.owner()).await.unwrap();
+        assert_eq!(backend.holds(&name, waiter.owner()).await.unwrap(), 1);
+        drop(queued);
+        let start = std::time::Instant::now();
+        while backend.is_locked(&name).await.unwrap() {
+            assert!(
+                start.elapsed() < Duration::from_millis(500),
+                "a waiter dropped before taking its lock kept it"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
