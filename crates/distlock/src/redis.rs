@@ -343,12 +343,16 @@ impl RedisBackend {
         let mut cluster = false;
         let (connection, source) = match target.deployment {
             Deployment::Standalone(url) => {
-                let client = redis::Client::open(url.as_str()).map_err(|e| {
-                    Error::invalid(
-                        "URL",
-                        format!("{e}; write redis://[user:password@]host[:port][/db]"),
-                    )
-                })?;
+                let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                    .map_err(|e| {
+                        Error::invalid(
+                            "URL",
+                            format!("{e}; write redis://[user:password@]host[:port][/db]"),
+                        )
+                    })?
+                    .set_tcp_settings(deployment::tcp_settings());
+                let client =
+                    redis::Client::open(info).map_err(|e| Error::invalid("URL", e.to_string()))?;
                 let connection = deployment::standalone(&client)
                     .await
                     .map_err(backend_error("connect"))?;
@@ -380,6 +384,7 @@ impl RedisBackend {
                 let mut builder = ClusterClientBuilder::new(nodes)
                     .use_protocol(redis::ProtocolVersion::RESP3)
                     .push_sender(pushes)
+                    .tcp_settings(deployment::tcp_settings())
                     .connection_timeout(deployment::CONNECT_TIMEOUT)
                     .response_timeout(deployment::RESPONSE_TIMEOUT);
                 if let Some(username) = username {

@@ -20,6 +20,12 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// abandoned and the next command finds the master again.
 pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// TCP settings of every connection to Redis: no Nagle delay. A client's requests share one
+/// connection, so a request written while an earlier one awaits its reply must go out at once.
+pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    redis::io::tcp::TcpSettings::default().set_nodelay(true)
+}
+
 /// Where the servers are.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Deployment {
@@ -313,7 +319,9 @@ impl Following {
         if let Some(password) = password {
             info = info.set_password(password);
         }
-        let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
+        let node = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(info)
+            .set_tcp_settings(tcp_settings());
         let sentinel = SentinelClient::build(
             sentinels,
             service.to_owned(),
