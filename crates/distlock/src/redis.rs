@@ -104,11 +104,14 @@ end
 /// safely) is only named, and asks.
 const LIVE_HEAD: &str = r"
 local function live_head(queue, seen, terms, stale)
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now
   while true do
     local head = redis.call('zrange', queue, 0, 0)[1]
     if not head then return nil end
+    if not now then
+      local t = redis.call('time')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
     local last = tonumber(redis.call('hget', seen, head) or '0')
     if last + stale > now then return head end
     redis.call('zrem', queue, head)
