@@ -35,6 +35,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use redis::Script;
 use redis::cluster::ClusterClientBuilder;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use tokio::sync::watch;
 
 use self::deployment::{Commands, Deployment, Following};
@@ -239,6 +240,23 @@ for i, lock in ipairs(KEYS) do
     renewed[i] = 1
   else
     renewed[i] = 0
+  end
+end
+return renewed
+";
+
+/// No KEYS. ARGV: lease ms, then lock key and owner pairs, all served by the node that runs
+/// it. As RENEW, for a Cluster node: the keys are not declared because they span slots,
+/// which Redis 7 allows with this flag for keys of the node's own slots (and refuses
+/// otherwise, as after a slot moved).
+const RENEW_ON_NODE: &str = r"#!lua flags=allow-cross-slot-keys
+local renewed = {}
+for i = 2, #ARGV, 2 do
+  if redis.call('hexists', ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('pexpire', ARGV[i], ARGV[1])
+    renewed[#renewed + 1] = 1
+  else
+    renewed[#renewed + 1] = 0
   end
 end
 return renewed
@@ -645,18 +663,51 @@ impl Backend for RedisBackend {
 }
 
 impl RedisBackend {
-    /// Renewal on a Cluster: a script may only touch keys of one slot, so the locks are
-    /// grouped by slot, one script call per slot, all in flight at once (the cluster
-    /// connection multiplexes them over one connection per node).
+    /// Renewal on a Cluster: one script call per node. The locks are grouped by the node
+    /// that serves their slot (from CLUSTER SLOTS) and each node renews its share in one call
+    /// of a script allowed to touch keys of several slots of that node. The locks of a node
+    /// that refused (a slot that moved meanwhile, a node not connected) are renewed again
+    /// one slot per call, routed by key, which follows redirections.
     async fn renew_by_slot(
         &self,
         locks: &[(LockName, Owner)],
         lease: Duration,
     ) -> Result<Vec<bool>> {
         let keys: Vec<String> = locks.iter().map(|(name, _)| Keys::of(name).lock).collect();
+        let slots: Vec<u16> = keys.iter().map(|key| deployment::slot(key)).collect();
+        let mut renewed = vec![false; locks.len()];
+        let mut left: Vec<usize> = Vec::new();
+        match self.slot_owners().await {
+            Some(owners) => {
+                let mut by_node: HashMap<(String, u16), Vec<usize>> = HashMap::new();
+                for (i, slot) in slots.iter().enumerate() {
+                    match owners
+                        .iter()
+                        .find(|(start, end, _)| (*start..=*end).contains(slot))
+                    {
+                        Some((_, _, node)) => by_node.entry(node.clone()).or_default().push(i),
+                        None => left.push(i),
+                    }
+                }
+                let calls = by_node
+                    .into_iter()
+                    .map(|(node, share)| self.renew_on_node(node, share, &keys, locks, lease));
+                for (share, flags) in futures_util::future::join_all(calls).await {
+                    match flags {
+                        Some(flags) => {
+                            for (i, flag) in share.into_iter().zip(flags) {
+                                renewed[i] = flag;
+                            }
+                        }
+                        None => left.extend(share),
+                    }
+                }
+            }
+            None => left.extend(0..locks.len()),
+        }
         let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
-        for (i, key) in keys.iter().enumerate() {
-            by_slot.entry(deployment::slot(key)).or_default().push(i);
+        for i in left {
+            by_slot.entry(slots[i]).or_default().push(i);
         }
         let calls = by_slot.into_values().map(|group| {
             let mut invocation = self.scripts.renew.prepare_invoke();
@@ -671,16 +722,84 @@ impl RedisBackend {
                 Ok::<_, redis::RedisError>((group, reply))
             }
         });
-        let replies = futures_util::future::try_join_all(calls)
+        for (group, reply) in futures_util::future::try_join_all(calls)
             .await
-            .map_err(backend_error("renew"))?;
-        let mut renewed = vec![false; locks.len()];
-        for (group, reply) in replies {
+            .map_err(backend_error("renew"))?
+        {
             for (i, r) in group.into_iter().zip(reply) {
                 renewed[i] = r == 1;
             }
         }
         Ok(renewed)
+    }
+
+    /// The Cluster's slot ranges and the address of each range's master, or `None` when
+    /// they cannot be read (renewal then routes each slot's call by key).
+    async fn slot_owners(&self) -> Option<Vec<(u16, u16, (String, u16))>> {
+        let Commands::Cluster(connection) = &self.connection else {
+            return None;
+        };
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let reply = connection
+            .clone()
+            .route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), routing)
+            .await
+            .ok()?;
+        let ranges: Vec<Vec<redis::Value>> = redis::from_redis_value(reply).ok()?;
+        let mut owners = Vec::new();
+        for range in ranges {
+            let [start, end, master, ..] = range.as_slice() else {
+                continue;
+            };
+            let (start, end): (u16, u16) = (
+                redis::from_redis_value_ref(start).ok()?,
+                redis::from_redis_value_ref(end).ok()?,
+            );
+            let (host, port): (String, u16) =
+                match redis::from_redis_value_ref::<Vec<redis::Value>>(master)
+                    .ok()?
+                    .as_slice()
+                {
+                    [host, port, ..] => (
+                        redis::from_redis_value_ref(host).ok()?,
+                        redis::from_redis_value_ref(port).ok()?,
+                    ),
+                    _ => continue,
+                };
+            owners.push((start, end, (host, port)));
+        }
+        Some(owners)
+    }
+
+    /// Renews one node's share of the locks in one script call sent to that node. Returns
+    /// the share and its flags, or `None` when the node did not run the call.
+    async fn renew_on_node(
+        &self,
+        (host, port): (String, u16),
+        share: Vec<usize>,
+        keys: &[String],
+        locks: &[(LockName, Owner)],
+        lease: Duration,
+    ) -> (Vec<usize>, Option<Vec<bool>>) {
+        let Commands::Cluster(connection) = &self.connection else {
+            return (share, None);
+        };
+        // EVAL, not EVALSHA: sent once per node and renewal round, and never NOSCRIPT.
+        let mut call = redis::cmd("EVAL");
+        call.arg(RENEW_ON_NODE).arg(0).arg(millis(lease));
+        for &i in &share {
+            call.arg(&keys[i]).arg(locks[i].1.as_str());
+        }
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+        let flags = connection
+            .clone()
+            .route_command(call, route)
+            .await
+            .ok()
+            .and_then(|reply| redis::from_redis_value::<Vec<i64>>(reply).ok())
+            .filter(|flags| flags.len() == share.len())
+            .map(|flags| flags.into_iter().map(|f| f == 1).collect());
+        (share, flags)
     }
 }
 
