@@ -39,6 +39,7 @@
 //! | `sqlite:///path/locks.db` | table-record lock in an SQLite file (one machine) | `sqlite` (default) | in arrival order (`?fair=false`: first to ask) | when the lease ends |
 //! | `redis://host:6379/` | reentrant lock in Lua scripts, pub/sub wake-up (standalone server) | `redis` | in arrival order (`?fair=false`: first to ask) | when the lease ends |
 //! | `redis+spin://host:6379/` | the same lock, waiters poll with backoff (the spin lock) | `redis` | first poll after the release | when the lease ends |
+//! | `rediss://host:6379/?ca=/path/ca.pem` | the reentrant lock over TLS | `redis` | as `redis://` | when the lease ends |
 //! | `redis+sentinel://s1:26379,s2:26379/service` | the reentrant lock on the master a Sentinel group names, found again after a failover | `redis` | as `redis://` | when the lease ends |
 //! | `redis+cluster://n1:7000,n2:7001/` | the reentrant lock on a Redis Cluster, sharded pub/sub wake-up | `redis` | as `redis://` | when the lease ends |
 //!
@@ -93,7 +94,6 @@ pub use crate::name::{LockName, MAX_NAME_BYTES};
 
 /// Schemes of backends that later releases add.
 const PLANNED: &[&str] = &[
-    "rediss",
     "zk",
     "zk+naive",
     "etcd",
@@ -147,11 +147,11 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
             feature: "sqlite",
         }),
         #[cfg(feature = "redis")]
-        "redis" | "redis+spin" | "redis+sentinel" | "redis+cluster" => {
+        "redis" | "rediss" | "redis+spin" | "redis+sentinel" | "redis+cluster" => {
             Ok(Arc::new(crate::redis::RedisBackend::connect(url).await?))
         }
         #[cfg(not(feature = "redis"))]
-        "redis" | "redis+spin" | "redis+sentinel" | "redis+cluster" => {
+        "redis" | "rediss" | "redis+spin" | "redis+sentinel" | "redis+cluster" => {
             Err(Error::FeatureDisabled {
                 scheme: scheme.into(),
                 feature: "redis",

@@ -359,6 +359,10 @@ impl RedisBackend {
     /// servers cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
         let target = deployment::parse(url)?;
+        if target.scheme == "rediss" {
+            // The TLS library needs a crypto provider; an application that chose one keeps it.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
         // Fair by default; the spin lock cannot be fair (nobody is told whose turn it is).
         let fair = target.options.fair.unwrap_or(!target.options.spin);
         let mut cluster = false;
@@ -372,12 +376,27 @@ impl RedisBackend {
                         )
                     })?
                     .set_tcp_settings(deployment::tcp_settings());
-                let client =
-                    redis::Client::open(info).map_err(|e| Error::invalid("URL", e.to_string()))?;
+                let client = match &target.options.ca {
+                    None => redis::Client::open(info),
+                    Some(path) => {
+                        let root_cert = std::fs::read(path).map_err(|e| {
+                            Error::invalid(
+                                "URL",
+                                format!("ca={path}: cannot read the CA certificate: {e}"),
+                            )
+                        })?;
+                        let certificates = redis::TlsCertificates {
+                            client_tls: None,
+                            root_cert: Some(root_cert),
+                        };
+                        redis::Client::build_with_tls(info, certificates)
+                    }
+                }
+                .map_err(|e| Error::invalid("URL", e.to_string()))?;
                 let connection = deployment::standalone(&client)
                     .await
                     .map_err(backend_error("connect"))?;
-                (connection, Source::Server(client))
+                (connection, Source::Server(Box::new(client)))
             }
             Deployment::Sentinel {
                 sentinels,

@@ -81,7 +81,18 @@ fn redis_cluster() -> Target {
     )
 }
 
+/// The TLS-only server of `scripts/test`, trusted through its own CA.
+#[cfg(feature = "redis")]
+fn redis_tls() -> Target {
+    redis_deployment(
+        "DISTLOCK_REDIS_TLS_URL",
+        "rediss://127.0.0.1:6390/?ca=/tmp/distlock-redis/tls/ca.pem",
+    )
+}
+
 distlock::conformance_suite!(memory, memory());
+#[cfg(feature = "redis")]
+distlock::conformance_suite!(redis_tls, redis_tls());
 #[cfg(feature = "redis")]
 distlock::conformance_suite!(redis_sentinel, redis_sentinel());
 #[cfg(feature = "redis")]
@@ -110,6 +121,26 @@ fn redis_unfair() -> Target {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_waiters_are_served_in_order() {
     distlock::conformance::fair_waiters_are_served_in_order(redis("redis").url()).await;
+}
+
+/// TLS checks the server: without the CA that signed its certificate, or with a CA file that
+/// cannot be read, the connection is refused with an error that says why.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn redis_tls_refuses_a_server_it_cannot_verify() {
+    let url = redis_tls().url().to_owned();
+    let without_ca = url.split('?').next().unwrap_or_default().to_owned();
+    let err = distlock::connect(&without_ca).await.unwrap_err();
+    assert!(err.is_backend(), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "the error does not say the certificate was refused: {err}"
+    );
+    let err = distlock::connect(&format!("{without_ca}?ca=/nonexistent/ca.pem"))
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
 }
 
 #[cfg(feature = "redis")]

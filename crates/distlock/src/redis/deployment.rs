@@ -49,10 +49,12 @@ pub(super) enum Deployment {
 }
 
 /// distlock's own URL options, taken out of the query before the rest reaches the `redis` crate.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Options {
     pub fair: Option<bool>,
     pub spin: bool,
+    /// A PEM file of the CA that signed the server's certificate (`rediss://` only).
+    pub ca: Option<String>,
 }
 
 /// What one URL says.
@@ -64,6 +66,7 @@ pub(super) struct Target {
 }
 
 const URL_FORMS: &str = "write redis://[user:password@]host[:port][/db], \
+     rediss://[user:password@]host[:port][/db][?ca=/path/ca.pem], \
      redis+sentinel://[user:password@]host:port[,host:port...]/service[/db] or \
      redis+cluster://[user:password@]host:port[,host:port...]/";
 
@@ -93,6 +96,10 @@ pub(super) fn take_options(url: &str) -> Result<(String, Options)> {
         match pair.split_once('=') {
             Some(("fair", value)) => options.fair = Some(parse_bool("fair", value)?),
             Some(("spin", value)) => options.spin = parse_bool("spin", value)?,
+            Some(("ca", "")) => {
+                return Err(Error::invalid("URL", "ca= needs the path of a PEM file"));
+            }
+            Some(("ca", path)) => options.ca = Some(path.to_owned()),
             _ => kept.push(pair),
         }
     }
@@ -147,6 +154,7 @@ pub(super) fn parse(url: &str) -> Result<Target> {
     };
     let (scheme, deployment): (&'static str, _) = match scheme {
         "redis" => ("redis", Deployment::Standalone(url.clone())),
+        "rediss" => ("rediss", Deployment::Standalone(url.clone())),
         "redis+spin" => {
             options.spin = true;
             (
@@ -198,6 +206,12 @@ pub(super) fn parse(url: &str) -> Result<Target> {
         }
         other => return Err(bad_url(format!("{other:?} is not a Redis scheme"))),
     };
+    if options.ca.is_some() && scheme != "rediss" {
+        return Err(Error::invalid(
+            "URL",
+            "ca= applies to TLS connections: use it with rediss://",
+        ));
+    }
     if options.spin && options.fair == Some(true) {
         return Err(Error::invalid(
             "URL",
@@ -322,13 +336,9 @@ impl Following {
         let node = SentinelNodeConnectionInfo::default()
             .set_redis_connection_info(info)
             .set_tcp_settings(tcp_settings());
-        let sentinel = SentinelClient::build(
-            sentinels,
-            service.to_owned(),
-            Some(node),
-            SentinelServerType::Master,
-        )
-        .map_err(bad_url)?;
+        let sentinel =
+            SentinelClient::build(sentinels, service, Some(node), SentinelServerType::Master)
+                .map_err(bad_url)?;
         Ok(Following {
             shared: Arc::new(FollowingShared {
                 sentinel: tokio::sync::Mutex::new(sentinel),
@@ -521,7 +531,14 @@ mod tests {
         for (url, rest, fair, spin) in cases {
             assert_eq!(
                 take_options(url).unwrap(),
-                (rest.to_owned(), Options { fair, spin }),
+                (
+                    rest.to_owned(),
+                    Options {
+                        fair,
+                        spin,
+                        ca: None
+                    }
+                ),
                 "{url}"
             );
         }
@@ -555,6 +572,13 @@ mod tests {
                 password: None,
             }
         );
+        let target = parse("rediss://h:1/?ca=/etc/ca.pem&fair=false").unwrap();
+        assert_eq!(target.scheme, "rediss");
+        assert_eq!(target.options.ca.as_deref(), Some("/etc/ca.pem"));
+        assert_eq!(
+            target.deployment,
+            Deployment::Standalone("rediss://h:1/".into())
+        );
         let target = parse("redis+spin://h:1/2").unwrap();
         assert!(target.options.spin);
         assert_eq!(
@@ -568,6 +592,8 @@ mod tests {
             "redis+cluster://a:1/5",
             "redis+cluster://a:port/",
             "redis+spin://h/?fair=true",
+            "redis://h/?ca=/tmp/ca.pem",
+            "rediss://h/?ca=",
         ] {
             let err = parse(bad).unwrap_err();
             assert!(err.is_invalid_input(), "{bad}: {err}");

@@ -30,7 +30,7 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// Where the hub's connection comes from.
 pub(super) enum Source {
     /// A standalone server.
-    Server(redis::Client),
+    Server(Box<redis::Client>),
     /// The current master of a Sentinel group.
     Sentinel(Following),
     /// A Cluster connection made with RESP3 and a push sender; the receiver until first use.
@@ -119,7 +119,7 @@ impl ReleaseHub {
     fn connect(self: &Arc<Self>) -> BoxFuture<'_, Result<Subscriber>> {
         Box::pin(async move {
             let client = match &self.source {
-                Source::Server(client) => client.clone(),
+                Source::Server(client) => client.as_ref().clone(),
                 Source::Sentinel(following) => following
                     .master_client()
                     .await
