@@ -18,14 +18,17 @@
 //! it asks again after a sleep that grows from 1 ms to 32 ms, with jitter. Every waiter polls
 //! the server, and a handoff waits for the next poll: that is the contrast it exists for.
 //!
-//! Fair mode (the default for `redis://`) queues waiters first come, first served: a waiter
-//! joins a sorted set `distlock:{<name>}:queue` and marks itself seen every 250 ms in
+//! Fair mode (the default) queues waiters first come, first served: a waiter joins a sorted
+//! set `distlock:{<name>}:queue` and marks itself seen every 250 ms in
 //! `distlock:{<name>}:seen`; a free lock goes only to the first waiter seen within the last
-//! second, and a release names that waiter in its announcement, so only it asks. `?fair=false`
-//! gives the Redisson race: every waiter is woken and the first to ask wins.
+//! second. A release hands the lock to that waiter itself (a grant with a 1 s lease, which
+//! the new holder extends) and announces the grant, so the waiter holds the lock without
+//! asking. `?fair=false` gives the Redisson race: every waiter is woken and the first to ask
+//! wins.
 //!
-//! URL: `redis://[user:password@]host[:port][/db][?fair=false]` or `redis+spin://...`.
-//! Standalone servers only in this release; Sentinel and Cluster are planned.
+//! URLs: `redis://`, `rediss://` (TLS), `redis+spin://`, `redis+sentinel://` (the master a
+//! Sentinel group names, followed across failovers) and `redis+cluster://` (sharded pub/sub,
+//! renewal per node); see `docs/backends/redis.md`.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
