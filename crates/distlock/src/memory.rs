@@ -304,13 +304,6 @@ impl Drop for MemoryWaiter {
 #[async_trait]
 impl ReleaseWaiter for MemoryWaiter {
     async fn wait(&mut self, max: Duration) -> Woken {
-        self.wait_for_release(max).await;
-        Woken::Retry
-    }
-}
-
-impl MemoryWaiter {
-    async fn wait_for_release(&mut self, max: Duration) {
         // `changed` returns at once for a release signalled since the last wait.
         match tokio::time::timeout(max, self.receiver.changed()).await {
             Ok(Ok(())) | Err(_) => {}
@@ -318,5 +311,6 @@ impl MemoryWaiter {
             // the case while we hold it); fall back to sleeping.
             Ok(Err(_)) => tokio::time::sleep(max).await,
         }
+        Woken::Retry
     }
 }

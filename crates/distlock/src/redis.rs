@@ -295,6 +295,23 @@ struct Keys {
 }
 
 impl Keys {
+    /// An invocation of `script` with the six keys of the scripts that may pass a freed lock
+    /// on (release, force-unlock, leave): lock, fence, channel, queue, seen, terms.
+    fn passing_on<'a>(&self, script: &'a Script) -> redis::ScriptInvocation<'a> {
+        let mut invocation = script.prepare_invoke();
+        for key in [
+            &self.lock,
+            &self.fence,
+            &self.channel,
+            &self.queue,
+            &self.seen,
+            &self.terms,
+        ] {
+            invocation.key(key);
+        }
+        invocation
+    }
+
     fn of(name: &LockName) -> Self {
         let tag = name.escaped();
         Keys {
@@ -585,15 +602,8 @@ impl Backend for RedisBackend {
 
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
         let keys = Keys::of(name);
-        let reply: i64 = self
-            .scripts
-            .release
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.channel)
-            .key(&keys.queue)
-            .key(&keys.seen)
-            .key(&keys.terms)
+        let reply: i64 = keys
+            .passing_on(&self.scripts.release)
             .arg(owner.as_str())
             .arg(millis(TICKET_STALE))
             .invoke_async(&mut self.connection.clone())
@@ -667,15 +677,8 @@ impl Backend for RedisBackend {
 
     async fn force_unlock(&self, name: &LockName) -> Result<bool> {
         let keys = Keys::of(name);
-        let freed: i64 = self
-            .scripts
-            .force_unlock
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.channel)
-            .key(&keys.queue)
-            .key(&keys.seen)
-            .key(&keys.terms)
+        let freed: i64 = keys
+            .passing_on(&self.scripts.force_unlock)
             .arg(millis(TICKET_STALE))
             .invoke_async(&mut self.connection.clone())
             .await
@@ -833,17 +836,11 @@ struct SpinWaiter {
 #[async_trait]
 impl ReleaseWaiter for SpinWaiter {
     async fn wait(&mut self, max: Duration) -> Woken {
-        self.wait_for_release(max).await;
-        Woken::Retry
-    }
-}
-
-impl SpinWaiter {
-    async fn wait_for_release(&mut self, max: Duration) {
         // Jitter keeps waiters that started together from asking together.
         let nap = self.sleep.mul_f64(0.5 + fastrand::f64());
         self.sleep = (self.sleep * 2).min(SPIN_MAX);
         tokio::time::sleep(nap.min(max)).await;
+        Woken::Retry
     }
 }
 
@@ -1020,15 +1017,8 @@ impl Drop for RedisWaiter {
             // lock handed to us frees when its lease ends.
             drop(runtime.spawn(async move {
                 let _: redis::RedisResult<i64> = queued
-                    .backend
-                    .scripts
-                    .leave
-                    .key(&queued.keys.lock)
-                    .key(&queued.keys.fence)
-                    .key(&queued.keys.channel)
-                    .key(&queued.keys.queue)
-                    .key(&queued.keys.seen)
-                    .key(&queued.keys.terms)
+                    .keys
+                    .passing_on(&queued.backend.scripts.leave)
                     .arg(&queued.id)
                     .arg(millis(TICKET_STALE))
                     .invoke_async(&mut queued.backend.connection.clone())
