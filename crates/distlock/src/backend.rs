@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::name::LockName;
@@ -144,6 +145,55 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Frees `name` whoever holds it (an operator's tool). True when it was held.
     async fn force_unlock(&self, name: &LockName) -> Result<bool>;
+
+    /// True when [`Backend::subscribe`] is the first step of an acquisition that may wait:
+    /// the waiter is a place in a queue that the following [`Backend::try_acquire`] of the
+    /// same owner takes up and checks (the ZooKeeper recipe). The acquire loop then
+    /// subscribes before its first attempt, so that a waiting acquisition joins the queue
+    /// once instead of trying, leaving and joining again. Default: false.
+    fn queues_on_subscribe(&self) -> bool {
+        false
+    }
+
+    /// Which of `locks` their owners still hold, changing nothing. The client asks after the
+    /// backend reported a lost session ([`Backend::session`]). The default asks
+    /// [`Backend::holds`] once per lock.
+    async fn still_held(&self, locks: &[(LockName, Owner)]) -> Result<Vec<bool>> {
+        let mut held = Vec::with_capacity(locks.len());
+        for (name, owner) in locks {
+            held.push(self.holds(name, owner).await? > 0);
+        }
+        Ok(held)
+    }
+
+    /// The state of the session the backend's locks live in, for a backend whose locks end
+    /// with a session (ZooKeeper). `None` (the default): locks live by their leases alone.
+    fn session(&self) -> Option<watch::Receiver<SessionStatus>> {
+        None
+    }
+}
+
+/// The state of a backend's session, from [`Locks::session`](crate::Locks::session).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionStatus {
+    /// Connected or not, now.
+    pub state: SessionState,
+    /// How many sessions this client has lost so far. Each lost session lost every lock it
+    /// held; their guards' [`Guard::lost`](crate::Guard::lost) fire.
+    pub sessions_lost: u64,
+}
+
+/// Whether a session-based backend is connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SessionState {
+    /// Connected: the session is alive and every lock not reported lost is held.
+    Connected,
+    /// The connection is broken and the client is trying to reconnect. The session may be
+    /// alive (the locks are still held) or may be expiring on the server. A holder should stop
+    /// changing what the lock protects unless its writes carry the fencing token, and wait for
+    /// [`SessionState::Connected`] or for the guard's [`Guard::lost`](crate::Guard::lost).
+    Suspended,
 }
 
 /// Waits for a release of one lock name. Made by [`Backend::subscribe`]; dropping it

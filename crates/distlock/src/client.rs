@@ -183,6 +183,27 @@ impl Locks {
         self.inner.options.lease
     }
 
+    /// The state of the backend's session, for backends whose locks live in a session
+    /// (ZooKeeper): [`SessionState::Connected`](crate::SessionState::Connected) or
+    /// [`SessionState::Suspended`](crate::SessionState::Suspended), and how many sessions were
+    /// lost. `None` for backends whose locks live by their leases alone.
+    ///
+    /// ```no_run
+    /// # async fn run(locks: distlock::Locks) {
+    /// if let Some(mut session) = locks.session() {
+    ///     while session.changed().await.is_ok() {
+    ///         let status = *session.borrow();
+    ///         if status.state == distlock::SessionState::Suspended {
+    ///             // Pause unfenced writes until Connected again, or until `lost()` fires.
+    ///         }
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn session(&self) -> Option<watch::Receiver<crate::SessionStatus>> {
+        self.inner.backend.session()
+    }
+
     /// How many renewal requests this client has sent (each renews up to 1000 locks).
     pub fn renewal_requests(&self) -> u64 {
         self.inner.renewal_calls.load(Ordering::Relaxed)
@@ -395,15 +416,23 @@ impl ClientInner {
         }
         let weak = Arc::downgrade(self);
         let wake = self.keeper_wake.clone();
-        tokio::spawn(keeper(weak, wake));
+        let session = self.backend.session();
+        tokio::spawn(keeper(weak, wake, session));
     }
 }
 
 /// The one background task of a client: renews every renewing lock in batches each
 /// `lease / 3`, and marks a lock lost once its lease has run out without a successful
 /// renewal. Ends when the client and all its guards are gone.
-async fn keeper(client: Weak<ClientInner>, wake: Arc<Notify>) {
+async fn keeper(
+    client: Weak<ClientInner>,
+    wake: Arc<Notify>,
+    mut session: Option<watch::Receiver<crate::SessionStatus>>,
+) {
     let mut next_renewal: Option<Instant> = None;
+    let mut sessions_lost = session
+        .as_mut()
+        .map_or(0, |s| s.borrow_and_update().sessions_lost);
     loop {
         let Some(inner) = client.upgrade() else {
             return;
@@ -413,6 +442,16 @@ async fn keeper(client: Weak<ClientInner>, wake: Arc<Notify>) {
         let now = Instant::now();
 
         expire_overdue(&inner, now);
+        if let Some(status) = session
+            .as_mut()
+            .filter(|s| s.has_changed().unwrap_or(false))
+        {
+            let lost = status.borrow_and_update().sessions_lost;
+            if lost > sessions_lost {
+                sessions_lost = lost;
+                check_all(&inner).await;
+            }
+        }
         if next_renewal.is_some_and(|at| at <= now) {
             renew_all(&inner).await;
             next_renewal = None;
@@ -448,14 +487,59 @@ async fn keeper(client: Weak<ClientInner>, wake: Arc<Notify>) {
         // A registration after the lock above stores a permit that completes this at once.
         let notified = wake.notified();
         drop(inner);
-        match wake_at {
-            Some(at) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {}
-                    _ = notified => {}
+        let session_changed = async {
+            // A closed channel (the backend is gone) has nothing more to say.
+            let changed = match session.as_mut() {
+                Some(status) => status.changed().await.is_ok(),
+                None => false,
+            };
+            if !changed {
+                std::future::pending::<()>().await;
+            }
+        };
+        let sleep = async {
+            match wake_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = sleep => {}
+            _ = notified => {}
+            _ = session_changed => {}
+        }
+    }
+}
+
+/// After the backend lost a session: asks which registered locks are still held and marks
+/// the others lost, renewed or not.
+async fn check_all(inner: &ClientInner) {
+    let batch: Vec<((LockName, Owner), Arc<Grant>)> = {
+        let registry = inner.registry();
+        registry
+            .slots
+            .iter()
+            .filter(|(_, slot)| slot.grant.lost_reason().is_none())
+            .map(|(key, slot)| (key.clone(), slot.grant.clone()))
+            .collect()
+    };
+    for chunk in batch.chunks(RENEW_BATCH) {
+        let locks: Vec<(LockName, Owner)> = chunk.iter().map(|(key, _)| key.clone()).collect();
+        match inner.backend.still_held(&locks).await {
+            Ok(held) => {
+                for ((key, grant), still_held) in chunk.iter().zip(held) {
+                    if !still_held {
+                        inner.lost_if_current(
+                            &key.0,
+                            &key.1,
+                            grant,
+                            "the session the lock lived in was lost",
+                        );
+                    }
                 }
             }
-            None => notified.await,
+            // The locks stay ours until their deadline, as after a failed renewal.
+            Err(error) => tracing::warn!(%error, "checking locks after a lost session failed"),
         }
     }
 }

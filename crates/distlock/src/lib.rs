@@ -43,11 +43,18 @@
 //! | `redis+sentinel://s1:26379,s2:26379/service` | the reentrant lock on the master a Sentinel group names, found again after a failover | `redis` | as `redis://` | when the lease ends |
 //! | `redis+cluster://n1:7000,n2:7001/` | the reentrant lock on a Redis Cluster, sharded pub/sub wake-up | `redis` | as `redis://` | when the lease ends |
 //!
+//! | `zk://h1:2181,h2:2181/base/path` | ZooKeeper sequential-node lock (Curator-compatible), one watch per waiter | `zookeeper` | in arrival order | when its session times out (`?session_timeout=`, 10 s) |
+//! | `zk+naive://h1:2181/` | one ephemeral node that every waiter watches (the herd effect, for comparison) | `zookeeper` | first to ask after the release | when its session times out |
+//!
 //! Every Redis URL takes `?fair=false` (first to ask wins) and `?spin=true` (the spin lock's
 //! polling instead of pub/sub). Redis replicates asynchronously: a failover can lose a grant,
 //! and only a resource that checks fencing tokens is safe then (see `docs/backends/redis.md`).
 //!
-//! ZooKeeper, etcd, PostgreSQL and MySQL backends are planned;
+//! ZooKeeper keeps no leases: its locks live as long as the client's session, and distlock
+//! keeps the API's leases in the holder's client (see `docs/backends/zookeeper.md` and
+//! [`Locks::session`]).
+//!
+//! etcd, PostgreSQL and MySQL backends are planned;
 //! their schemes answer with [`Error::NotYetAvailable`] until then.
 //!
 //! # Ownership, leases and loss
@@ -84,24 +91,19 @@ mod name;
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 use std::sync::Arc;
 
+pub use crate::backend::{SessionState, SessionStatus};
 pub use crate::client::{ConnectOptions, DEFAULT_LEASE, Locks, MAX_DURATION, MIN_LEASE};
 pub use crate::error::{BoxError, Error, Result};
 pub use crate::mutex::{AcquireOptions, Guard, Holder, Mutex};
 pub use crate::name::{LockName, MAX_NAME_BYTES};
 
 /// Schemes of backends that later releases add.
-const PLANNED: &[&str] = &[
-    "zk",
-    "zk+naive",
-    "etcd",
-    "postgres",
-    "postgresql",
-    "mysql",
-    "mariadb",
-];
+const PLANNED: &[&str] = &["etcd", "postgres", "postgresql", "mysql", "mariadb"];
 
 /// Connects to the backend a URL names, with default options. See the crate docs for the
 /// URLs.
@@ -157,12 +159,21 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
                 feature: "redis",
             })
         }
+        #[cfg(feature = "zookeeper")]
+        "zk" | "zk+naive" => Ok(Arc::new(
+            crate::zookeeper::ZooKeeperBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "zookeeper"))]
+        "zk" | "zk+naive" => Err(Error::FeatureDisabled {
+            scheme: scheme.into(),
+            feature: "zookeeper",
+        }),
         _ if PLANNED.contains(&scheme) => Err(Error::NotYetAvailable {
             scheme: scheme.to_owned(),
         }),
         _ => Err(Error::invalid(
             "URL",
-            format!("unknown scheme {scheme:?}; known schemes are memory, sqlite and redis"),
+            format!("unknown scheme {scheme:?}; known schemes are memory, sqlite, redis and zk"),
         )),
     }
 }

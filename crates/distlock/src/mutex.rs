@@ -181,6 +181,10 @@ async fn acquire_loop(
     let deadline = options.wait.map(|wait| start + wait);
     let lease = options.lease.unwrap_or(client.options.lease_duration());
     let mut waiter: Option<Box<dyn ReleaseWaiter>> = None;
+    if client.backend.queues_on_subscribe() && options.wait != Some(Duration::ZERO) {
+        // Join the queue first; the attempts below take up the place and check it.
+        waiter = Some(client.backend.subscribe(name, owner, lease).await?);
+    }
     loop {
         let attempt_start = Instant::now();
         match attempt(client, name, owner, lease).await? {
