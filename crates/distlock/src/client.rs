@@ -442,15 +442,10 @@ async fn keeper(
         let now = Instant::now();
 
         expire_overdue(&inner, now);
-        if let Some(status) = session
-            .as_mut()
-            .filter(|s| s.has_changed().unwrap_or(false))
-        {
-            let lost = status.borrow_and_update().sessions_lost;
-            if lost > sessions_lost {
-                sessions_lost = lost;
-                check_all(&inner).await;
-            }
+        let lost = session.as_ref().map_or(0, |s| s.borrow().sessions_lost);
+        if lost > sessions_lost {
+            sessions_lost = lost;
+            check_all(&inner).await;
         }
         if next_renewal.is_some_and(|at| at <= now) {
             renew_all(&inner).await;

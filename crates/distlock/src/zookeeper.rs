@@ -35,9 +35,9 @@
 //!
 //! The session is the real lease. When the connection breaks, [`Locks::session`] turns
 //! [`SessionState::Suspended`](crate::SessionState::Suspended): the locks may still be held.
-//! When the session expires, or the client stays disconnected for a whole session timeout
-//! (after which the server may have expired it), every lock of the session is reported lost
-//! through [`Guard::lost`](crate::Guard::lost), and the client opens a new session.
+//! When the session expires, or the client stays disconnected for half a session timeout (the
+//! server may expire it a little later), every lock of the session is reported lost through
+//! [`Guard::lost`](crate::Guard::lost), and the client opens a new session.
 //!
 //! # The naive lock
 //!
@@ -1222,7 +1222,7 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
 }
 
 /// Follows the session: publishes Connected/Suspended, and when the session is lost (expired,
-/// or disconnected for a whole session timeout), forgets its locks and opens a new one.
+/// or disconnected for half a session timeout), forgets its locks and opens a new one.
 async fn supervise(shared: Weak<Shared>, mut watcher: zk::StateWatcher) {
     loop {
         let state = watcher.state();
@@ -1254,7 +1254,10 @@ async fn supervise(shared: Weak<Shared>, mut watcher: zk::StateWatcher) {
             if suspended {
                 tracing::warn!(cluster = %strong.url.cluster, "ZooKeeper connection lost; locks are suspended");
             }
-            strong.session().client.session_timeout()
+            // The server expires a session a session timeout after it last heard from the
+            // client, and the client is heard from at least every third of it: after half a
+            // timeout without a connection, give the locks up before the server can.
+            strong.session().client.session_timeout() / 2
         };
         if !suspended {
             watcher.changed().await;

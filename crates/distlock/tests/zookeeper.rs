@@ -50,3 +50,566 @@ async fn zk_waiters_are_served_in_order() {
 async fn zk_ensemble_waiters_are_served_in_order() {
     distlock::conformance::fair_waiters_are_served_in_order(ensemble().url()).await;
 }
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use distlock::{AcquireOptions, SessionState};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+use zookeeper_client as zkc;
+
+/// The first server of a `zk://` URL, as `host:port`.
+fn first_server(url: &str) -> String {
+    url.split_once("://")
+        .map_or("", |(_, rest)| rest)
+        .split([',', '/', '?'])
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A raw ZooKeeper client, to look at the nodes distlock makes and to play a Curator client.
+async fn raw(url: &str) -> zkc::Client {
+    zkc::Client::connector()
+        .connect(&first_server(url))
+        .await
+        .expect("raw ZooKeeper client")
+}
+
+fn unique(case: &str) -> String {
+    format!("zk/{case}/{}", uuid::Uuid::new_v4().simple())
+}
+
+/// `BASE/NAME` for the default base and a name made of safe characters and `/`.
+fn lock_znode(name: &str) -> String {
+    format!("/distlock/locks/{}", name.replace('/', "%2F"))
+}
+
+/// Curator's `InterProcessMutex` layout: `_c_<uuid>-lock-<10 digits>` under the lock's path,
+/// holding the owner; and a contender that follows Curator's recipe on the same path excludes
+/// distlock and is excluded by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_follow_curators_layout_and_exclude_a_curator_client() {
+    let url = standalone().url().to_owned();
+    let locks = distlock::connect(&url).await.unwrap();
+    let zk = raw(&url).await;
+    let name = unique("curator");
+    let path = lock_znode(&name);
+
+    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let children = zk.list_children(&path).await.unwrap();
+    assert_eq!(children.len(), 1, "{children:?}");
+    let child = &children[0];
+    let rest = child.strip_prefix("_c_").expect("protected prefix");
+    let (uuid, sequence) = rest.split_once("-lock-").expect("-lock- separator");
+    assert!(
+        uuid::Uuid::parse_str(uuid).is_ok() && uuid.len() == 36,
+        "{child}"
+    );
+    assert!(
+        sequence.len() == 10 && sequence.bytes().all(|b| b.is_ascii_digit()),
+        "{child}"
+    );
+    let (data, stat) = zk.get_data(&format!("{path}/{child}")).await.unwrap();
+    assert!(stat.ephemeral_owner != 0, "not ephemeral");
+    assert_eq!(
+        guard.fencing_token(),
+        stat.czxid as u64,
+        "token is the node's czxid"
+    );
+    assert!(String::from_utf8(data).unwrap().starts_with("distlock "));
+
+    // A Curator client arriving now queues behind distlock: not lowest, so not the holder.
+    let curator = zkc::CreateMode::EphemeralSequential.with_acls(zkc::Acls::anyone_all());
+    let prefix = format!("{path}/_c_{}-lock-", uuid::Uuid::new_v4());
+    let (_, seq) = zk.create(&prefix, b"127.0.0.1", &curator).await.unwrap();
+    let curator_node = format!("{prefix}{seq}");
+    let mut line = zk.list_children(&path).await.unwrap();
+    line.sort_by_key(|c| c.rsplit("lock-").next().unwrap().to_owned());
+    assert_eq!(&line[0], child, "distlock's node is first in line");
+
+    // distlock releases: the Curator node is first in line, so by Curator's rule it holds the
+    // lock, and distlock clients are refused until it leaves.
+    guard.release().await.unwrap();
+    let other = distlock::connect(&url).await.unwrap();
+    assert!(other.is_locked(&name).await.unwrap());
+    assert!(
+        other
+            .mutex(name.as_str())
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "granted while a Curator client holds the lock"
+    );
+    let waiting = tokio::spawn({
+        let other = other.clone();
+        let name = name.clone();
+        async move { other.mutex(name).unwrap().acquire().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "granted while a Curator client holds the lock"
+    );
+    zk.delete(&curator_node, None).await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("not granted after the Curator client left")
+        .unwrap();
+    assert!(granted.fencing_token() > stat.czxid as u64);
+    granted.release().await.unwrap();
+}
+
+/// A TCP proxy between a client and one ZooKeeper server that can lose a reply: armed, it
+/// passes the client's next request to the server, then cuts the connection before the reply
+/// comes back. It can also refuse every connection for a while (a partition).
+struct Proxy {
+    port: u16,
+    arm: Arc<AtomicBool>,
+    partitioned: Arc<AtomicBool>,
+    connections: Arc<AtomicUsize>,
+    cut: Arc<AtomicUsize>,
+    kill: Arc<tokio::sync::Notify>,
+}
+
+impl Proxy {
+    async fn start(server: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let proxy = Proxy {
+            port,
+            arm: Arc::default(),
+            partitioned: Arc::default(),
+            connections: Arc::default(),
+            cut: Arc::default(),
+            kill: Arc::default(),
+        };
+        let (arm, partitioned, connections, cut, kill) = (
+            proxy.arm.clone(),
+            proxy.partitioned.clone(),
+            proxy.connections.clone(),
+            proxy.cut.clone(),
+            proxy.kill.clone(),
+        );
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                if partitioned.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                connections.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = TcpStream::connect(&server).await else {
+                    continue;
+                };
+                let (arm, cut, kill) = (arm.clone(), cut.clone(), kill.clone());
+                tokio::spawn(pipe(client, server, arm, cut, kill));
+            }
+        });
+        proxy
+    }
+
+    /// Cuts every open connection and refuses new ones until [`Proxy::heal`].
+    fn partition(&self) {
+        self.partitioned.store(true, Ordering::SeqCst);
+        self.kill.notify_waiters();
+    }
+
+    fn heal(&self) {
+        self.partitioned.store(false, Ordering::SeqCst);
+    }
+}
+
+async fn pipe(
+    client: TcpStream,
+    server: TcpStream,
+    arm: Arc<AtomicBool>,
+    cut: Arc<AtomicUsize>,
+    kill: Arc<tokio::sync::Notify>,
+) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    // Set once the armed request is through: from then on replies are dropped.
+    let swallow = AtomicBool::new(false);
+    let requests = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match client_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let armed = arm.swap(false, Ordering::SeqCst);
+            if armed {
+                swallow.store(true, Ordering::SeqCst);
+            }
+            if server_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+            if armed {
+                // Let the server apply the request, then close with the reply unread.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                cut.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+        }
+    };
+    let replies = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            if swallow.load(Ordering::SeqCst) {
+                continue;
+            }
+            if client_write.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    // Whichever side ends first ends the connection: both halves are dropped, which closes
+    // both sockets.
+    tokio::select! {
+        _ = requests => {}
+        _ = replies => {}
+        _ = kill.notified() => {}
+    }
+}
+
+/// A create whose reply is lost with the connection leaves no orphan: the client reconnects
+/// (same session), finds its node by the protected prefix and takes the lock with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_whose_reply_was_lost_is_found_by_its_prefix() {
+    let url = standalone().url().to_owned();
+    let proxy = Proxy::start(first_server(&url)).await;
+    let locks = distlock::connect(&format!("zk://127.0.0.1:{}/", proxy.port))
+        .await
+        .unwrap();
+    let zk = raw(&url).await;
+    let name = unique("lost_reply");
+    let path = lock_znode(&name);
+    // Make the lock's node first, so that the armed request is the create of our node.
+    zk.create(
+        &path,
+        &[],
+        &zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    let mutex = locks.mutex(name.as_str()).unwrap();
+
+    proxy.arm.store(true, Ordering::SeqCst);
+    let guard = tokio::time::timeout(Duration::from_secs(10), mutex.try_acquire())
+        .await
+        .expect("try_acquire hung after the lost reply")
+        .expect("try_acquire failed after the lost reply")
+        .expect("the lock was refused: an orphan node blocks it");
+    assert_eq!(proxy.cut.load(Ordering::SeqCst), 1, "no reply was lost");
+    assert_eq!(
+        proxy.connections.load(Ordering::SeqCst),
+        2,
+        "no reconnection"
+    );
+    let children = zk.list_children(&path).await.unwrap();
+    assert_eq!(children.len(), 1, "an orphan node was left: {children:?}");
+    let (_, stat) = zk
+        .get_data(&format!("{path}/{}", children[0]))
+        .await
+        .unwrap();
+    assert_eq!(guard.fencing_token(), stat.czxid as u64);
+    guard.release().await.unwrap();
+    assert!(zk.list_children(&path).await.unwrap_or_default().is_empty());
+}
+
+/// A partition longer than the session timeout: the client shows Suspended at once, the
+/// server expires the session and frees the lock for another client, the holder's guards
+/// (renewed and fixed-lease) report the loss, and after the partition the client has a new
+/// session and works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_frees_the_lock_and_fires_lost() {
+    let url = standalone().url().to_owned();
+    let proxy = Proxy::start(first_server(&url)).await;
+    let holder = distlock::connect(&format!(
+        "zk://127.0.0.1:{}/?session_timeout=2s",
+        proxy.port
+    ))
+    .await
+    .unwrap();
+    let mut session = holder.session().expect("ZooKeeper has a session");
+    assert_eq!(session.borrow_and_update().state, SessionState::Connected);
+    let (renewed_name, fixed_name) = (unique("expiry_renewed"), unique("expiry_fixed"));
+    let renewed = holder
+        .mutex(renewed_name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let fixed = holder
+        .mutex(fixed_name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let rival = distlock::connect(&url).await.unwrap();
+    let waiting = tokio::spawn({
+        let rival = rival.clone();
+        let name = renewed_name.clone();
+        async move {
+            let guard = rival.mutex(name).unwrap().acquire().await.unwrap();
+            (guard, Instant::now())
+        }
+    });
+
+    let cut_at = Instant::now();
+    proxy.partition();
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        session.wait_for(|s| s.state == SessionState::Suspended),
+    )
+    .await
+    .expect("Suspended not reported within 2 s of the cut")
+    .unwrap();
+    assert!(
+        !renewed.is_lost(),
+        "lost at the cut, before the session timeout"
+    );
+
+    let lost = tokio::time::timeout(Duration::from_secs(10), renewed.lost())
+        .await
+        .expect("lost() did not fire after the session timeout");
+    assert!(lost.is_lock_lost());
+    let lost_after = cut_at.elapsed();
+    // Given up after half the session timeout: before the server can expire the session.
+    assert!(
+        lost_after >= Duration::from_millis(900),
+        "lost too early: {lost_after:?}"
+    );
+    tokio::time::timeout(Duration::from_secs(5), fixed.lost())
+        .await
+        .expect("the fixed-lease guard was not told");
+
+    let (rival_guard, granted_at) = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the server did not free the lock of the expired session")
+        .unwrap();
+    assert!(rival_guard.fencing_token() > renewed.fencing_token());
+    let freed_after = granted_at - cut_at;
+    assert!(
+        freed_after > lost_after,
+        "another client was granted the lock ({freed_after:?}) before the holder was told ({lost_after:?})"
+    );
+
+    proxy.heal();
+    tokio::time::timeout(
+        Duration::from_secs(15),
+        session.wait_for(|s| s.state == SessionState::Connected && s.sessions_lost == 1),
+    )
+    .await
+    .expect("no new session after the partition healed")
+    .unwrap();
+    assert!(
+        !renewed.is_held().await.unwrap(),
+        "the old grant is held again"
+    );
+    let err = renewed.release().await.expect_err("released a lost lock");
+    assert!(err.is_lock_lost() || err.is_not_owner(), "{err}");
+    // The new session takes locks again.
+    let again = holder
+        .mutex(fixed_name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(again.fencing_token() > fixed.fencing_token());
+    again.release().await.unwrap();
+    rival_guard.release().await.unwrap();
+    eprintln!("lost() after {lost_after:?}, lock free for others after {freed_after:?}");
+}
+
+/// Waiters on the sequential lock are woken one per release; on the naive lock every waiter
+/// is woken by every release (the herd).
+async fn notifications_for(url: &str, waiters: usize) -> (u64, u64) {
+    let name = unique("herd");
+    let holder = distlock::connect(url).await.unwrap();
+    let held = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..waiters {
+        let locks = distlock::connect(url).await.unwrap();
+        let name = name.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = locks.mutex(name).unwrap().acquire().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            guard.release().await.unwrap();
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = distlock::zookeeper::watch_notifications();
+    held.release().await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Every waiter's release but the last one's had someone waiting, and so did the holder's.
+    (
+        distlock::zookeeper::watch_notifications() - before,
+        waiters as u64,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sequential_lock_wakes_one_waiter_per_release() {
+    let (notifications, releases) = notifications_for(standalone().url(), 8).await;
+    assert_eq!(
+        notifications, releases,
+        "{notifications} watch notifications for {releases} releases"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_naive_lock_wakes_every_waiter() {
+    let (notifications, releases) = notifications_for(naive().url(), 8).await;
+    assert!(
+        notifications >= 3 * releases,
+        "{notifications} watch notifications for {releases} releases: no herd"
+    );
+    eprintln!("naive: {notifications} notifications for {releases} releases");
+}
+
+/// A 3-node ensemble started by `scripts/zookeeper-deployment` on free loopback ports; every
+/// server it started is killed, by the PID in its pid file, when this is dropped.
+struct OwnEnsemble {
+    base: u16,
+    dir: tempfile::TempDir,
+}
+
+impl OwnEnsemble {
+    fn start() -> Self {
+        let free = |base: u16| {
+            [0, 1, 2, 10, 11, 12, 20, 21, 22]
+                .iter()
+                .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok())
+        };
+        let base = (0..100)
+            .map(|_| fastrand::u16(20_000..40_000))
+            .find(|&base| free(base))
+            .expect("free loopback ports");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts/zookeeper-deployment");
+        let ensemble = OwnEnsemble { base, dir };
+        let status = std::process::Command::new(script)
+            .args(["ensemble", &base.to_string()])
+            .arg(ensemble.dir.path())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("scripts/zookeeper-deployment runs (scripts/test installs ZooKeeper)");
+        assert!(status.success(), "scripts/zookeeper-deployment failed");
+        ensemble
+    }
+
+    fn url(&self) -> String {
+        let b = self.base;
+        format!(
+            "zk://127.0.0.1:{b},127.0.0.1:{},127.0.0.1:{}/",
+            b + 1,
+            b + 2
+        )
+    }
+
+    /// The node (1..=3) that leads now, asked with the `srvr` command.
+    fn leader(&self) -> Option<u16> {
+        (1..=3).find(|node| {
+            let port = self.base + node - 1;
+            let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                return false;
+            };
+            let mut reply = String::new();
+            use std::io::{Read, Write};
+            stream.write_all(b"srvr").is_ok()
+                && stream.read_to_string(&mut reply).is_ok()
+                && reply.contains("Mode: leader")
+        })
+    }
+
+    fn kill(&self, node: u16) {
+        let pid_file = self.dir.path().join(format!("node{node}/pid"));
+        if let Ok(pid) = std::fs::read_to_string(pid_file) {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", pid.trim()])
+                .status();
+        }
+    }
+}
+
+impl Drop for OwnEnsemble {
+    fn drop(&mut self) {
+        for node in 1..=3 {
+            self.kill(node);
+        }
+    }
+}
+
+/// Killing the ensemble's leader while a lock is held: the ensemble elects another leader,
+/// the session survives, the holder keeps the lock, nobody else is granted it meanwhile, and
+/// the waiter gets it once the holder releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_survives_the_loss_of_the_ensemble_leader() {
+    let ensemble = OwnEnsemble::start();
+    let url = ensemble.url();
+    let holder = distlock::connect(&url).await.unwrap();
+    let rival = distlock::connect(&url).await.unwrap();
+    let name = unique("leader_loss");
+    let guard = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let name = name.clone();
+        async move { rival.mutex(name).unwrap().acquire().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let leader = ensemble.leader().expect("the ensemble has a leader");
+    ensemble.kill(leader);
+    // Wait for a new leader, then a little longer for the clients to reconnect.
+    let start = Instant::now();
+    while ensemble.leader().is_none_or(|l| l == leader) {
+        assert!(start.elapsed() < Duration::from_secs(30), "no new leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elected_after = start.elapsed();
+    let mut held = None;
+    while start.elapsed() < Duration::from_secs(20) {
+        match guard.is_held().await {
+            Ok(answer) => {
+                held = Some(answer);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert_eq!(held, Some(true), "the holder lost the lock with the leader");
+    assert!(!guard.is_lost(), "lost() fired though the session survived");
+    assert!(!waiting.is_finished(), "granted to a second holder");
+
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter was not granted after the release")
+        .unwrap();
+    assert!(granted.fencing_token() > token);
+    granted.release().await.unwrap();
+    eprintln!("new leader after {elected_after:?}");
+}
