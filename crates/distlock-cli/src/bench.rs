@@ -128,6 +128,10 @@ struct Report {
     contention: Contention,
     #[serde(skip_serializing_if = "Option::is_none")]
     renewal: Option<Renewal>,
+    /// ZooKeeper only: watch notifications per release, sequential vs naive lock.
+    #[cfg(feature = "zookeeper")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    herd: Vec<crate::herd::Herd>,
 }
 
 /// The watchdog's cost: one client holding many renewed locks.
@@ -308,6 +312,14 @@ pub async fn run(args: BenchArgs) -> CliResult {
         None
     };
 
+    // 5. ZooKeeper: the herd effect, sequential vs naive lock.
+    #[cfg(feature = "zookeeper")]
+    let herd = if args.herd.is_empty() {
+        Vec::new()
+    } else {
+        crate::herd::measure(&args.backend, &run_id, &args.herd).await?
+    };
+
     let report = Report {
         backend: args.backend.clone(),
         rtt,
@@ -315,6 +327,8 @@ pub async fn run(args: BenchArgs) -> CliResult {
         uncontended,
         contention,
         renewal,
+        #[cfg(feature = "zookeeper")]
+        herd,
     };
     if let Some(path) = &args.plot {
         write_plot(path, &report, &reports)?;
@@ -418,6 +432,17 @@ fn analyse(
 }
 
 fn print_report(r: &Report) {
+    print_main(r);
+    #[cfg(feature = "zookeeper")]
+    for h in &r.herd {
+        println!(
+            "herd                         {:<9} {:>2} waiters: {} watch notifications for {} releases = {:.2} per release (drained in {:.1} ms)",
+            h.lock, h.waiters, h.notifications, h.releases, h.per_release, h.drain_ms
+        );
+    }
+}
+
+fn print_main(r: &Report) {
     let u = &r.uncontended;
     let c = &r.contention;
     println!("distlock bench: {}", r.backend);

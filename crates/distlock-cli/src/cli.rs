@@ -42,7 +42,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Strategy to run (repeatable): none, in-process, table-lock, redis,
-    /// redis-spin. Default: all; a
+    /// redis-spin, zookeeper. Default: all; a
     /// strategy whose server does not answer is listed as unavailable, with the reason.
     #[arg(long = "strategy", value_name = "NAME")]
     pub strategies: Vec<String>,
@@ -72,6 +72,9 @@ pub struct DemoArgs {
     /// The Redis server of the redis and redis-spin strategies.
     #[arg(long, default_value = "redis://127.0.0.1:6379/")]
     pub redis: String,
+    /// The ZooKeeper ensemble of the zookeeper strategy.
+    #[arg(long, default_value = "zk://127.0.0.1:2181/")]
+    pub zookeeper: String,
 }
 
 #[derive(Debug, Args)]
@@ -101,6 +104,11 @@ pub struct BenchArgs {
     /// Seconds of the renewal phase.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub renewal_s: u64,
+    /// ZooKeeper only: queue this many waiters (one session each) behind a holder, on the
+    /// sequential lock and on the naive lock, and count the watch notifications per release
+    /// (comma-separated counts, e.g. 8,32; empty skips the phase).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(usize))]
+    pub herd: Vec<usize>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

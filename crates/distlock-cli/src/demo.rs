@@ -23,6 +23,7 @@ const STRATEGIES: &[(&str, &str)] = &[
     ("table-lock", "distlock's SQLite table-record lock"),
     ("redis", "distlock's Redis reentrant lock"),
     ("redis-spin", "distlock's Redis spin lock"),
+    ("zookeeper", "distlock's ZooKeeper sequential-node lock"),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,7 @@ enum Strategy {
     TableLock,
     Redis,
     RedisSpin,
+    ZooKeeper,
 }
 
 impl Strategy {
@@ -42,6 +44,7 @@ impl Strategy {
             "table-lock" => Ok(Strategy::TableLock),
             "redis" => Ok(Strategy::Redis),
             "redis-spin" => Ok(Strategy::RedisSpin),
+            "zookeeper" => Ok(Strategy::ZooKeeper),
             _ => {
                 let known: Vec<&str> = STRATEGIES.iter().map(|(name, _)| *name).collect();
                 Err(Failure::usage(format!(
@@ -59,6 +62,7 @@ impl Strategy {
             Strategy::TableLock => "table-lock",
             Strategy::Redis => "redis",
             Strategy::RedisSpin => "redis-spin",
+            Strategy::ZooKeeper => "zookeeper",
         }
     }
 }
@@ -124,6 +128,7 @@ fn lock_url(strategy: Strategy, db: &Path, args: &DemoArgs) -> Option<String> {
         Strategy::TableLock => Some(format!("sqlite://{}", db.display())),
         Strategy::Redis => Some(args.redis.clone()),
         Strategy::RedisSpin => Some(spin_url(&args.redis)),
+        Strategy::ZooKeeper => Some(args.zookeeper.clone()),
         Strategy::None | Strategy::InProcess => None,
     }
 }
@@ -161,6 +166,7 @@ pub async fn run(args: DemoArgs) -> CliResult {
             Strategy::TableLock,
             Strategy::Redis,
             Strategy::RedisSpin,
+            Strategy::ZooKeeper,
         ]
     } else {
         args.strategies

@@ -7,6 +7,8 @@ mod bench;
 mod cli;
 mod demo;
 mod failure;
+#[cfg(feature = "zookeeper")]
+mod herd;
 mod operator;
 mod progress;
 mod store;

@@ -255,7 +255,7 @@ macro_rules! cross_process_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn killed_holder_frees_its_lock_within_its_lease() {
                 let (url, _keep) = $url;
-                killed_holder_frees_its_lock(&url).await;
+                killed_holder_frees_its_lock(&url, HOLDER_LEASE + Duration::from_millis(500)).await;
             }
         }
     )*};
@@ -320,8 +320,50 @@ fn redis_url() -> String {
     std::env::var("DISTLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
 }
 
-async fn killed_holder_frees_its_lock(url: &str) {
-    let lease = Duration::from_millis(1000);
+/// The lease of the holder process the SIGKILL tests start.
+const HOLDER_LEASE: Duration = Duration::from_millis(1000);
+
+/// The standalone ZooKeeper server `scripts/test` starts (`DISTLOCK_ZK_URL` overrides).
+fn zookeeper_url() -> String {
+    std::env::var("DISTLOCK_ZK_URL").unwrap_or_else(|_| "zk://127.0.0.1:2181/".into())
+}
+
+/// ZooKeeper frees a dead holder's lock when its session expires, not at a lease: with a 2 s
+/// session timeout the server notices within the timeout plus one tick (0.5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_holder_frees_its_lock_within_the_session_timeout() {
+    let url = format!("{}?session_timeout=2s", zookeeper_url());
+    killed_holder_frees_its_lock(&url, Duration::from_millis(3000)).await;
+}
+
+#[test]
+fn demo_is_exact_on_zookeeper() {
+    let output = distlock(&[
+        "demo",
+        "--json",
+        "--strategy",
+        "zookeeper",
+        "--stock",
+        "20",
+        "--orders",
+        "60",
+        "--workers",
+        "2",
+        "--zookeeper",
+        &zookeeper_url(),
+    ]);
+    let report = stdout_json(&output);
+    let results = report["results"].as_array().expect("results");
+    assert_eq!(results.len(), 1, "{report}");
+    let r = &results[0];
+    assert_eq!(r["strategy"], "zookeeper", "{r}");
+    assert_eq!(r["exact"], true, "{r}");
+    assert_eq!(r["accepted"], 20, "{r}");
+    assert_eq!(r["final_stock"], 0, "{r}");
+}
+
+async fn killed_holder_frees_its_lock(url: &str, bound: Duration) {
+    let lease = HOLDER_LEASE;
     let name = format!("killed/{}/{}", std::process::id(), fastrand::u64(..));
     let (mut holder, token) = spawn_holder(url, &name, lease.as_millis() as u64);
     let locks = distlock::connect(url).await.unwrap();
@@ -335,14 +377,11 @@ async fn killed_holder_frees_its_lock(url: &str) {
     let killed_at = Instant::now();
     holder.wait().unwrap();
     let guard = mutex
-        .acquire_with(AcquireOptions::new().wait(lease * 5))
+        .acquire_with(AcquireOptions::new().wait(bound * 3))
         .await
         .expect("the killed holder's lock never freed");
     let freed_after = killed_at.elapsed();
-    assert!(
-        freed_after <= lease + Duration::from_millis(500),
-        "freed after {freed_after:?}"
-    );
+    assert!(freed_after <= bound, "freed after {freed_after:?}");
     assert!(guard.fencing_token() > token);
     guard.release().await.unwrap();
 }
