@@ -34,7 +34,7 @@
 //! keeps its node until its session times out.
 //!
 //! The session is the real lease. When the connection breaks, [`Locks::session`] turns
-//! [`SessionState::Suspended`](crate::SessionState::Suspended): the locks may still be held.
+//! [`SessionState::Suspended`]: the locks may still be held.
 //! When the session expires, or the client stays disconnected for half a session timeout (the
 //! server may expire it a little later), every lock of the session is reported lost through
 //! [`Guard::lost`](crate::Guard::lost), and the client opens a new session.
