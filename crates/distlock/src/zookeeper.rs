@@ -1055,7 +1055,8 @@ impl SequentialWaiter {
 #[async_trait]
 impl ReleaseWaiter for SequentialWaiter {
     async fn wait(&mut self, max: Duration) -> Woken {
-        let deadline = Instant::now() + max;
+        // A watch lost in some way nobody foresaw costs one session timeout, not a hang.
+        let deadline = Instant::now() + max.min(self.shared.url.session_timeout);
         self.status.borrow_and_update();
         loop {
             let Some(node) = self.node() else {
@@ -1125,7 +1126,7 @@ struct NaiveWaiter {
 #[async_trait]
 impl ReleaseWaiter for NaiveWaiter {
     async fn wait(&mut self, max: Duration) -> Woken {
-        let deadline = Instant::now() + max;
+        let deadline = Instant::now() + max.min(self.shared.url.session_timeout);
         self.status.borrow_and_update();
         let session = self.shared.session();
         let watcher = match session.client.check_and_watch_stat(&self.path).await {
