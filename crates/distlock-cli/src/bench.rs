@@ -128,6 +128,11 @@ struct Report {
     contention: Contention,
     #[serde(skip_serializing_if = "Option::is_none")]
     renewal: Option<Renewal>,
+    /// ZooKeeper only: the round trip of the cheapest write (set data), the floor of every
+    /// grant and release.
+    #[cfg(feature = "zookeeper")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    write_rtt: Option<Stats>,
     /// ZooKeeper only: watch notifications per release, sequential vs naive lock.
     #[cfg(feature = "zookeeper")]
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -239,6 +244,20 @@ pub async fn run(args: BenchArgs) -> CliResult {
     progress.finish();
     let rtt_after_idle = Stats::of(idle_rtt_samples);
 
+    // 1c. ZooKeeper: every grant and release is a write that the leader logs before it
+    // answers; the write round trip is their floor.
+    #[cfg(feature = "zookeeper")]
+    let write_rtt = if crate::herd::both_urls(&args.backend).is_some() {
+        let samples = crate::herd::write_round_trips(&args.backend, (args.rtt_samples / 4).max(1))
+            .await?
+            .into_iter()
+            .map(ms)
+            .collect();
+        Some(Stats::of(samples))
+    } else {
+        None
+    };
+
     // 2. Uncontended pairs on one name.
     let mutex = locks.mutex(format!("bench/{run_id}/uncontended"))?;
     let mut latencies = Vec::new();
@@ -327,6 +346,8 @@ pub async fn run(args: BenchArgs) -> CliResult {
         uncontended,
         contention,
         renewal,
+        #[cfg(feature = "zookeeper")]
+        write_rtt,
         #[cfg(feature = "zookeeper")]
         herd,
     };
@@ -433,6 +454,18 @@ fn analyse(
 
 fn print_report(r: &Report) {
     print_main(r);
+    #[cfg(feature = "zookeeper")]
+    if let Some(w) = &r.write_rtt {
+        println!(
+            "write round trip (set data)  mean {:.3} ms   p50 {:.3} ms   p99 {:.3} ms   ({} samples): uncontended pairs = {:.0}% of 1/(2*write RTT), handoff p50 = {:.1} x write RTT",
+            w.mean_ms,
+            w.p50_ms,
+            w.p99_ms,
+            w.count,
+            r.uncontended.pairs_per_s * 2.0 * w.mean_ms / 1e3 * 100.0,
+            r.contention.handoff_gap_to_other.p50_ms / w.p50_ms.max(1e-9)
+        );
+    }
     #[cfg(feature = "zookeeper")]
     for h in &r.herd {
         println!(

@@ -90,3 +90,18 @@ async fn once(lock: &'static str, url: &str, name: &str, waiters: usize) -> CliR
         drain_ms,
     })
 }
+
+/// The write round trip of a ZooKeeper ensemble (see
+/// [`distlock::zookeeper::ZooKeeperBackend::write_round_trip`]), `samples` times.
+pub async fn write_round_trips(url: &str, samples: u64) -> CliResult<Vec<Duration>> {
+    let backend = distlock::zookeeper::ZooKeeperBackend::connect(url).await?;
+    let mut times = Vec::new();
+    let start = Instant::now();
+    for _ in 0..samples {
+        times.push(backend.write_round_trip().await?);
+        if start.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+    }
+    Ok(times)
+}

@@ -263,6 +263,24 @@ impl ZooKeeperBackend {
         Ok(ZooKeeperBackend { shared })
     }
 
+    /// Times the cheapest write: setting the (empty) data of the base node. Every grant and
+    /// release is a write, which the leader logs to disk before it answers, so this is the
+    /// floor under their cost, as [`Backend::ping`] (a read) is under a query's.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the write fails.
+    pub async fn write_round_trip(&self) -> Result<Duration> {
+        let shared = &self.shared;
+        let session = shared.session();
+        let start = std::time::Instant::now();
+        session
+            .client
+            .set_data(&shared.url.base, &[], None)
+            .await
+            .map_err(|e| shared.err("write", e))?;
+        Ok(start.elapsed())
+    }
+
     /// The znode path of lock `name`.
     pub fn lock_path(&self, name: &str) -> String {
         lock_path(&self.shared.url.base, name)

@@ -613,3 +613,39 @@ async fn the_lock_survives_the_loss_of_the_ensemble_leader() {
     granted.release().await.unwrap();
     eprintln!("new leader after {elected_after:?}");
 }
+
+/// A waiter that gives up (its wait runs out, or its future is dropped) takes its node out of
+/// the queue: only the holder's node is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_queue() {
+    let url = standalone().url().to_owned();
+    let locks = distlock::connect(&url).await.unwrap();
+    let zk = raw(&url).await;
+    let name = unique("give_up");
+    let path = lock_znode(&name);
+    let held = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+
+    let mutex = locks.mutex(name.as_str()).unwrap();
+    let err = mutex
+        .acquire_with(AcquireOptions::new().wait(Duration::from_millis(200)))
+        .await
+        .expect_err("granted a held lock");
+    assert!(err.is_timeout(), "{err}");
+    let dropped = tokio::time::timeout(Duration::from_millis(200), mutex.acquire()).await;
+    assert!(dropped.is_err(), "granted a held lock");
+
+    let start = Instant::now();
+    loop {
+        let children = zk.list_children(&path).await.unwrap();
+        if children.len() == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "nodes of waiters that gave up are still queued: {children:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    held.release().await.unwrap();
+    assert!(zk.list_children(&path).await.unwrap_or_default().is_empty());
+}
