@@ -591,7 +591,17 @@ impl Shared {
                 node
             }
         };
-        let line = self.queue(&session, &lock).await?;
+        let line = match self.queue(&session, &lock).await {
+            Ok(line) => line,
+            Err(error) => {
+                // A waiter's node stays queued for its next attempt; a one-off attempt's
+                // node must not stay behind.
+                if waiter.is_none() {
+                    self.orphan(node.path, None, session.generation);
+                }
+                return Err(error);
+            }
+        };
         let position = line.iter().position(|c| c == child_name(&node.path));
         match position {
             Some(0) => {
