@@ -336,6 +336,54 @@ async fn zookeeper_killed_holder_frees_its_lock_within_the_session_timeout() {
     killed_holder_frees_its_lock(&url, Duration::from_millis(3000)).await;
 }
 
+/// A holder process stopped (SIGSTOP) past its session timeout: the server expires the
+/// session and grants the lock to another client, with a larger token; when the holder runs
+/// again it learns that its session expired and its guard reports the loss (exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_paused_holder_learns_its_session_expired() {
+    let url = format!("{}?session_timeout=2s", zookeeper_url());
+    let name = format!("paused/{}/{}", std::process::id(), fastrand::u64(..));
+    // A 30 s renewed lease: the loss must come from the session, not from a renewal.
+    let (mut holder, token) = spawn_holder(&url, &name, 30_000);
+    let pid = holder.id().to_string();
+    let signal = |sig: &str| {
+        let status = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let locks = distlock::connect(&url).await.unwrap();
+    let stopped_at = Instant::now();
+    let guard = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .expect("the stopped holder's session did not expire");
+    let granted_after = stopped_at.elapsed();
+    assert!(guard.fencing_token() > token);
+    signal("-CONT");
+    let resumed_at = Instant::now();
+    let status = loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            break status;
+        }
+        if resumed_at.elapsed() > Duration::from_secs(10) {
+            let _ = holder.kill();
+            panic!("the resumed holder did not learn that its session expired");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("lost"), "{stderr}");
+    eprintln!(
+        "granted to another client {granted_after:?} after the stop; the holder knew {:?} after it resumed",
+        resumed_at.elapsed()
+    );
+    guard.release().await.unwrap();
+}
+
 #[test]
 fn demo_is_exact_on_zookeeper() {
     let output = distlock(&[
