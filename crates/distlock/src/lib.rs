@@ -44,6 +44,7 @@
 //! | `redis+cluster://n1:7000,n2:7001/` | the reentrant lock on a Redis Cluster, sharded pub/sub wake-up | `redis` | as `redis://` | when the lease ends |
 //!
 //! | `zk://h1:2181,h2:2181/base/path` | ZooKeeper sequential-node lock (Curator-compatible), one watch per waiter | `zookeeper` | in arrival order | when its session times out (`?session_timeout=`, 10 s) |
+//! | `postgres://user@host:5432/db?mode=table` | table-record lock in a PostgreSQL table, LISTEN/NOTIFY wake-up | `postgres` | first to ask after the release | when the lease ends |
 //! | `zk+naive://h1:2181/` | one ephemeral node that every waiter watches (the herd effect, for comparison) | `zookeeper` | first to ask after the release | when its session times out |
 //!
 //! Every Redis URL takes `?fair=false` (first to ask wins) and `?spin=true` (the spin lock's
@@ -54,7 +55,8 @@
 //! keeps the API's leases in the holder's client (see `docs/backends/zookeeper.md` and
 //! [`Locks::session`]).
 //!
-//! etcd, PostgreSQL and MySQL backends are planned;
+//! PostgreSQL offers the table-record lock (`postgres://user@host/db?mode=table`); its
+//! advisory-lock mode, etcd and MySQL backends are planned;
 //! their schemes answer with [`Error::NotYetAvailable`] until then.
 //!
 //! # Ownership, leases and loss
@@ -87,6 +89,8 @@ mod finish;
 pub mod memory;
 mod mutex;
 mod name;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -168,12 +172,21 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
             scheme: scheme.into(),
             feature: "zookeeper",
         }),
+        #[cfg(feature = "postgres")]
+        "postgres" | "postgresql" => Ok(Arc::new(
+            crate::postgres::PostgresBackend::connect(url).await?,
+        )),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" | "postgresql" => Err(Error::FeatureDisabled {
+            scheme: scheme.into(),
+            feature: "postgres",
+        }),
         _ if PLANNED.contains(&scheme) => Err(Error::NotYetAvailable {
             scheme: scheme.to_owned(),
         }),
         _ => Err(Error::invalid(
             "URL",
-            format!("unknown scheme {scheme:?}; known schemes are memory, sqlite, redis and zk"),
+            format!("unknown scheme {scheme:?}; known schemes are memory, sqlite, redis, zk and postgres"),
         )),
     }
 }

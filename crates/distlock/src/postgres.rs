@@ -1,0 +1,465 @@
+//! The PostgreSQL backend: the table-record lock (MISSION §5) in a PostgreSQL database,
+//! `postgres://user@host:5432/db?mode=table`.
+//!
+//! One row per lock in `distlock_locks` (name primary key, owner, hold count, fencing token,
+//! lease end). Every operation is one SQL statement, so it is atomic against every other
+//! client of the database:
+//!
+//! * **Acquire** is an `INSERT ... ON CONFLICT (name) DO UPDATE ... WHERE` that writes the
+//!   row when the lock is free, its lease has run out, or the owner already holds it
+//!   (re-entry), and writes nothing otherwise. The lease end is computed by the server's
+//!   clock (`clock_timestamp()`), so clients' clocks do not matter.
+//! * **Fencing tokens** come from `distlock_fencing`, one counter per name bumped in the same
+//!   statement, so they grow across holders, expiry and force-unlock. An attempt that is
+//!   refused also bumps it: tokens have gaps, and they never repeat or go back.
+//! * **Release** decrements or deletes the owner's row and, when it frees the lock, sends
+//!   `NOTIFY distlock_release` with the lock name. Each client keeps one connection that
+//!   `LISTEN`s and wakes its waiters for that name. A waiter also wakes when the holder's
+//!   lease would end, so a crashed holder (no notification) costs at most its lease.
+//!
+//! Waiters are not queued: whoever asks first after a release wins (the SQLite backend's
+//! fair queue is not built here yet). The tables are made at connect if missing.
+//!
+//! The advisory-lock mode (`pg_advisory_lock`, the issue's default for `postgres://`) is not
+//! in this release: a URL without `?mode=table` is refused with a message that says so.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use tokio::sync::{oneshot, watch};
+
+use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
+use crate::error::{Error, Result};
+use crate::name::LockName;
+
+const SCHEME: &str = "postgres";
+const CHANNEL: &str = "distlock_release";
+/// The lock statements' pool; the listener has its own connection.
+const POOL_SIZE: u32 = 8;
+
+const SCHEMA: &[&str] = &[
+    // Serialises concurrent first connections: CREATE TABLE IF NOT EXISTS alone can fail
+    // when two sessions create the same table at once.
+    "SELECT pg_advisory_xact_lock(7135591823651209011)",
+    "CREATE TABLE IF NOT EXISTS distlock_locks (
+        name          text        PRIMARY KEY,
+        owner         text        NOT NULL,
+        holds         integer     NOT NULL,
+        fencing_token bigint      NOT NULL,
+        expires_at    timestamptz NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS distlock_fencing (
+        name       text   PRIMARY KEY,
+        last_token bigint NOT NULL
+    )",
+];
+
+const ACQUIRE: &str = "
+WITH token AS (
+    INSERT INTO distlock_fencing AS f (name, last_token) VALUES ($1, 1)
+    ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
+    RETURNING last_token
+)
+INSERT INTO distlock_locks AS l (name, owner, holds, fencing_token, expires_at)
+SELECT $1, $2, 1, token.last_token, clock_timestamp() + $3 * interval '1 millisecond'
+FROM token
+ON CONFLICT (name) DO UPDATE SET
+    holds = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+                 THEN l.holds + 1 ELSE 1 END,
+    fencing_token = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+                 THEN l.fencing_token ELSE excluded.fencing_token END,
+    expires_at = CASE WHEN l.owner = excluded.owner AND l.expires_at > clock_timestamp()
+                 THEN greatest(l.expires_at, excluded.expires_at) ELSE excluded.expires_at END,
+    owner = excluded.owner
+WHERE l.owner = excluded.owner OR l.expires_at <= clock_timestamp()
+RETURNING holds, fencing_token";
+
+/// Milliseconds left of a live lease, or no row.
+const TTL: &str = "
+SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint
+FROM distlock_locks WHERE name = $1 AND expires_at > clock_timestamp()";
+
+const RELEASE: &str = "
+WITH dec AS (
+    UPDATE distlock_locks SET holds = holds - 1
+    WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp() AND holds > 1
+    RETURNING holds
+), del AS (
+    DELETE FROM distlock_locks
+    WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp() AND holds <= 1
+    RETURNING 0 AS holds
+)
+SELECT holds FROM dec
+UNION ALL
+SELECT del.holds FROM del CROSS JOIN LATERAL (SELECT pg_notify('distlock_release', $1)) n";
+
+/// Who holds a live lease on the name: the owner, or no row.
+const LIVE_OWNER: &str =
+    "SELECT owner, holds FROM distlock_locks WHERE name = $1 AND expires_at > clock_timestamp()";
+
+const EXTEND: &str = "
+UPDATE distlock_locks SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
+WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()
+RETURNING 1";
+
+const RENEW: &str = "
+UPDATE distlock_locks AS l SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
+FROM unnest($1::text[], $2::text[]) AS k(name, owner)
+WHERE l.name = k.name AND l.owner = k.owner AND l.expires_at > clock_timestamp()
+RETURNING l.name, l.owner";
+
+const FORCE_UNLOCK: &str = "
+WITH del AS (
+    DELETE FROM distlock_locks WHERE name = $1 RETURNING expires_at > clock_timestamp() AS live
+)
+SELECT del.live FROM del CROSS JOIN LATERAL (SELECT pg_notify('distlock_release', $1)) n";
+
+fn db_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+    move |e| Error::backend(SCHEME, operation, e)
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn holds_u32(holds: i32) -> u32 {
+    u32::try_from(holds).unwrap_or(0)
+}
+
+fn token_u64(token: i64) -> u64 {
+    u64::try_from(token).unwrap_or(0)
+}
+
+/// Locks in a PostgreSQL table. Made by [`connect`](crate::connect) with a
+/// `postgres://...?mode=table` URL; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct PostgresBackend {
+    pool: PgPool,
+    hub: Arc<Hub>,
+}
+
+/// Release signals per lock name, fed by the client's listening connection.
+#[derive(Debug, Default)]
+struct Hub {
+    names: StdMutex<HashMap<String, watch::Sender<u64>>>,
+    /// Dropped with the backend: ends the listening task.
+    _stop: StdMutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Hub {
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+        self.names
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn signal(&self, name: &str) {
+        let mut names = self.names();
+        if let Some(sender) = names.get(name) {
+            if sender.receiver_count() == 0 {
+                names.remove(name);
+            } else {
+                sender.send_modify(|n| *n += 1);
+            }
+        }
+    }
+
+    /// After the listening connection was lost: notifications may be lost, wake everyone.
+    fn signal_all(&self) {
+        let mut names = self.names();
+        names.retain(|_, sender| sender.receiver_count() > 0);
+        for sender in names.values() {
+            sender.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// Splits `?mode=` off a `postgres://` URL. Only `mode=table` is available.
+fn parse_url(url: &str) -> Result<PgConnectOptions> {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, query),
+        None => (url, ""),
+    };
+    let mut mode = None;
+    let mut rest = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("mode", value)) => mode = Some(value),
+            _ => rest.push(pair),
+        }
+    }
+    match mode {
+        Some("table") => {}
+        None | Some("advisory") => {
+            return Err(Error::Unsupported {
+                backend: SCHEME,
+                operation: "advisory locks (the default mode) in this release; add ?mode=table \
+                            for the table-record lock",
+            });
+        }
+        Some(other) => {
+            return Err(Error::invalid(
+                "URL",
+                format!("{url:?}: mode={other:?} is not a mode; use mode=table"),
+            ));
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    PgConnectOptions::from_str(&url).map_err(|e| {
+        Error::invalid(
+            "URL",
+            format!("{url:?} is not a PostgreSQL URL ({e}); write postgres://user@host:5432/db?mode=table"),
+        )
+    })
+}
+
+impl PostgresBackend {
+    /// Connects, makes the tables if missing, and starts listening for releases.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL, [`Error::Unsupported`] for the advisory
+    /// mode, [`Error::Backend`] when the server cannot be reached or the tables cannot be
+    /// made.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let options = parse_url(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .map_err(db_error("connect"))?;
+        let mut tx = pool.begin().await.map_err(db_error("create the tables"))?;
+        for statement in SCHEMA {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error("create the tables"))?;
+        }
+        tx.commit().await.map_err(db_error("create the tables"))?;
+        let mut listener = PgListener::connect_with(&pool)
+            .await
+            .map_err(db_error("listen for releases"))?;
+        listener
+            .listen(CHANNEL)
+            .await
+            .map_err(db_error("listen for releases"))?;
+        let (stop, stopped) = oneshot::channel();
+        let hub = Arc::new(Hub {
+            names: StdMutex::default(),
+            _stop: StdMutex::new(Some(stop)),
+        });
+        tokio::spawn(listen(listener, Arc::downgrade(&hub), stopped));
+        Ok(PostgresBackend { pool, hub })
+    }
+
+    async fn live_owner(&self, name: &LockName) -> Result<Option<(String, i32)>> {
+        sqlx::query_as(LIVE_OWNER)
+            .bind(name.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error("read the lock"))
+    }
+}
+
+async fn listen(mut listener: PgListener, hub: Weak<Hub>, mut stopped: oneshot::Receiver<()>) {
+    loop {
+        let received = tokio::select! {
+            received = listener.try_recv() => received,
+            _ = &mut stopped => return,
+        };
+        let Some(hub) = hub.upgrade() else {
+            return;
+        };
+        match received {
+            Ok(Some(notification)) => hub.signal(notification.payload()),
+            Ok(None) => {
+                tracing::warn!("the PostgreSQL listening connection was lost; reconnecting");
+                hub.signal_all();
+            }
+            Err(error) => {
+                tracing::warn!(%error, "listening for releases failed; retrying");
+                hub.signal_all();
+                drop(hub);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for PostgresBackend {
+    fn scheme(&self) -> &'static str {
+        SCHEME
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(drop)
+            .map_err(db_error("ping"))
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<Acquired> {
+        let granted: Option<(i32, i64)> = sqlx::query_as(ACQUIRE)
+            .bind(name.as_str())
+            .bind(owner.as_str())
+            .bind(millis(lease))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error("acquire"))?;
+        if let Some((holds, token)) = granted {
+            return Ok(Acquired::Granted {
+                fencing_token: token_u64(token),
+                holds: holds_u32(holds),
+            });
+        }
+        let ttl: Option<(i64,)> = sqlx::query_as(TTL)
+            .bind(name.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error("read the lease"))?;
+        Ok(Acquired::Held {
+            // Freed between the two statements: try again at once.
+            ttl: Some(ttl.map_or(Duration::ZERO, |(ms,)| {
+                Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+            })),
+        })
+    }
+
+    async fn subscribe(
+        &self,
+        name: &LockName,
+        _owner: &Owner,
+        _lease: Duration,
+    ) -> Result<Box<dyn ReleaseWaiter>> {
+        let receiver = self
+            .hub
+            .names()
+            .entry(name.as_str().to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        Ok(Box::new(PostgresWaiter { receiver }))
+    }
+
+    async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
+        let released: Option<(i32,)> = sqlx::query_as(RELEASE)
+            .bind(name.as_str())
+            .bind(owner.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error("release"))?;
+        if let Some((holds,)) = released {
+            return Ok(Released::Released {
+                remaining_holds: holds_u32(holds),
+            });
+        }
+        Ok(match self.live_owner(name).await? {
+            Some(_) => Released::HeldByOther,
+            None => Released::NotHeld,
+        })
+    }
+
+    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+        let extended = sqlx::query(EXTEND)
+            .bind(name.as_str())
+            .bind(owner.as_str())
+            .bind(millis(lease))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error("extend"))?;
+        if extended.is_some() {
+            return Ok(Extended::Extended);
+        }
+        Ok(match self.live_owner(name).await? {
+            Some(_) => Extended::HeldByOther,
+            None => Extended::NotHeld,
+        })
+    }
+
+    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+        let names: Vec<&str> = locks.iter().map(|(name, _)| name.as_str()).collect();
+        let owners: Vec<&str> = locks.iter().map(|(_, owner)| owner.as_str()).collect();
+        let renewed: Vec<(String, String)> = sqlx::query_as(RENEW)
+            .bind(&names)
+            .bind(&owners)
+            .bind(millis(lease))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("renew"))?;
+        let renewed: std::collections::HashSet<(String, String)> = renewed.into_iter().collect();
+        Ok(locks
+            .iter()
+            .map(|(name, owner)| {
+                renewed.contains(&(name.as_str().to_owned(), owner.as_str().to_owned()))
+            })
+            .collect())
+    }
+
+    async fn is_locked(&self, name: &LockName) -> Result<bool> {
+        Ok(self.live_owner(name).await?.is_some())
+    }
+
+    async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
+        Ok(match self.live_owner(name).await? {
+            Some((holder, holds)) if holder == owner.as_str() => holds_u32(holds),
+            _ => 0,
+        })
+    }
+
+    async fn force_unlock(&self, name: &LockName) -> Result<bool> {
+        let deleted: Option<(bool,)> = sqlx::query_as(FORCE_UNLOCK)
+            .bind(name.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error("force-unlock"))?;
+        Ok(deleted.is_some_and(|(live,)| live))
+    }
+}
+
+struct PostgresWaiter {
+    receiver: watch::Receiver<u64>,
+}
+
+#[async_trait]
+impl ReleaseWaiter for PostgresWaiter {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        // `changed` returns at once for a release signalled since the last wait.
+        match tokio::time::timeout(max, self.receiver.changed()).await {
+            Ok(Ok(())) | Err(_) => {}
+            Ok(Err(_)) => tokio::time::sleep(max).await,
+        }
+        Woken::Retry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_need_the_table_mode() {
+        assert!(parse_url("postgres://u@h/db?mode=table").is_ok());
+        assert!(parse_url("postgres://u@h/db?sslmode=disable&mode=table").is_ok());
+        let err = parse_url("postgres://u@h/db").unwrap_err();
+        assert!(err.is_unsupported(), "{err}");
+        assert!(err.to_string().contains("mode=table"), "{err}");
+        let err = parse_url("postgres://u@h/db?mode=rows").unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        let err = parse_url("postgres://u@h:notaport/db?mode=table").unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+    }
+}
