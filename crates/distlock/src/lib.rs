@@ -186,7 +186,9 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
         }),
         _ => Err(Error::invalid(
             "URL",
-            format!("unknown scheme {scheme:?}; known schemes are memory, sqlite, redis, zk and postgres"),
+            format!(
+                "unknown scheme {scheme:?}; known schemes are memory, sqlite, redis, zk and postgres"
+            ),
         )),
     }
 }

@@ -10,8 +10,9 @@
 //!   (re-entry), and writes nothing otherwise. The lease end is computed by the server's
 //!   clock (`clock_timestamp()`), so clients' clocks do not matter.
 //! * **Fencing tokens** come from `distlock_fencing`, one counter per name bumped in the same
-//!   statement, so they grow across holders, expiry and force-unlock. An attempt that is
-//!   refused also bumps it: tokens have gaps, and they never repeat or go back.
+//!   statement, so they grow across holders, expiry and force-unlock. A refused attempt
+//!   writes nothing, except when it races a release; tokens may then have gaps, and they
+//!   never repeat or go back.
 //! * **Release** decrements or deletes the owner's row and, when it frees the lock, sends
 //!   `NOTIFY distlock_release` with the lock name. Each client keeps one connection that
 //!   `LISTEN`s and wakes its waiters for that name. A waiter also wakes when the holder's
@@ -58,9 +59,17 @@ const SCHEMA: &[&str] = &[
     )",
 ];
 
+/// Bumps the fencing counter only when the statement's snapshot does not show another
+/// owner's live lease, so that a refused attempt writes nothing (no commit to flush). When
+/// the snapshot is stale, `ON CONFLICT ... WHERE` still decides on the latest row.
 const ACQUIRE: &str = "
 WITH token AS (
-    INSERT INTO distlock_fencing AS f (name, last_token) VALUES ($1, 1)
+    INSERT INTO distlock_fencing AS f (name, last_token)
+    SELECT $1, 1
+    WHERE NOT EXISTS (
+        SELECT 1 FROM distlock_locks
+        WHERE name = $1 AND owner <> $2 AND expires_at > clock_timestamp()
+    )
     ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
     RETURNING last_token
 )
