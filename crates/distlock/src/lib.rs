@@ -173,9 +173,7 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
             feature: "zookeeper",
         }),
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => Ok(Arc::new(
-            crate::postgres::PostgresBackend::connect(url).await?,
-        )),
+        "postgres" | "postgresql" => crate::postgres::connect(url).await,
         #[cfg(not(feature = "postgres"))]
         "postgres" | "postgresql" => Err(Error::FeatureDisabled {
             scheme: scheme.into(),

@@ -1,5 +1,31 @@
-//! The PostgreSQL backend: the table-record lock (MISSION §5) in a PostgreSQL database,
-//! `postgres://user@host:5432/db?mode=table`.
+//! The PostgreSQL backend: session advisory locks (`postgres://user@host:5432/db`, the
+//! default) and the table-record lock (`...?mode=table`).
+//!
+//! # Advisory locks (the default)
+//!
+//! A lock is `pg_advisory_lock(key)` held by a connection that the lock owns for as long as
+//! it is held, separate from any pool the application uses for its business work (MISSION
+//! §6). The key is [`advisory_key`]: FNV-1a (64 bit) over `distlock\0` and the name.
+//!
+//! * `try_acquire` runs `pg_try_advisory_lock` on the client's primary lock connection.
+//! * A waiting acquisition takes a connection of its own and blocks in `pg_advisory_lock`
+//!   with `lock_timeout` set to what is left of its wait. The server hands the lock over the
+//!   moment the holder unlocks, and that connection then holds it.
+//! * Owners of one client never share a lock through one session (advisory locks are
+//!   re-entrant per session): the client reserves the name before it asks.
+//! * **Fencing tokens** come from `distlock_fencing`, a counter per name bumped by the
+//!   statement that takes the lock, while the lock is held.
+//! * **Loss.** When a lock connection dies or is killed (`pg_terminate_backend`), the server
+//!   frees its locks at once, and the next renewal check (one `pg_locks` query per lock
+//!   connection) fires `lost()`. `force_unlock` terminates the holding session, which frees
+//!   every lock that session held.
+//! * **Leases** are kept by the holder's client: a fixed lease ends with the client
+//!   unlocking. A stopped holder keeps its locks until its connection is closed.
+//! * Session locks count against the server's lock table (`max_locks_per_transaction` ×
+//!   `max_connections` slots, 6,400 by default), and every waiting acquisition holds a
+//!   connection.
+//!
+//! # The table-record lock (`?mode=table`)
 //!
 //! One row per lock in `distlock_locks` (name primary key, owner, hold count, fencing token,
 //! lease end). Every operation is one SQL statement, so it is atomic against every other
@@ -18,11 +44,8 @@
 //!   `LISTEN`s and wakes its waiters for that name. A waiter also wakes when the holder's
 //!   lease would end, so a crashed holder (no notification) costs at most its lease.
 //!
-//! Waiters are not queued: whoever asks first after a release wins (the SQLite backend's
-//! fair queue is not built here yet). The tables are made at connect if missing.
-//!
-//! The advisory-lock mode (`pg_advisory_lock`, the issue's default for `postgres://`) is not
-//! in this release: a URL without `?mode=table` is refused with a message that says so.
+//! Table-lock waiters are not queued: whoever asks first after a release wins (the SQLite
+//! backend's fair queue is not built here yet). The tables are made at connect if missing.
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -30,6 +53,11 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+
+mod advisory;
+
+pub use self::advisory::{PgAdvisoryBackend, advisory_key};
+
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::{oneshot, watch};
 
@@ -37,7 +65,7 @@ use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
-const SCHEME: &str = "postgres";
+pub(crate) const SCHEME: &str = "postgres";
 const CHANNEL: &str = "distlock_release";
 /// The lock statements' pool; the listener has its own connection.
 const POOL_SIZE: u32 = 8;
@@ -127,7 +155,7 @@ WITH del AS (
 )
 SELECT del.live FROM del CROSS JOIN LATERAL (SELECT pg_notify('distlock_release', $1)) n";
 
-fn db_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+pub(crate) fn db_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
     move |e| Error::backend(SCHEME, operation, e)
 }
 
@@ -139,7 +167,7 @@ fn holds_u32(holds: i32) -> u32 {
     u32::try_from(holds).unwrap_or(0)
 }
 
-fn token_u64(token: i64) -> u64 {
+pub(crate) fn token_u64(token: i64) -> u64 {
     u64::try_from(token).unwrap_or(0)
 }
 
@@ -187,72 +215,111 @@ impl Hub {
     }
 }
 
-/// Splits `?mode=` off a `postgres://` URL. Only `mode=table` is available.
-fn parse_url(url: &str) -> Result<PgConnectOptions> {
+/// The two ways to lock in PostgreSQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Advisory,
+    Table,
+}
+
+/// Splits `?mode=` off a `postgres://` URL.
+fn parse_url(url: &str) -> Result<(PgConnectOptions, Mode)> {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, query),
         None => (url, ""),
     };
-    let mut mode = None;
+    let mut mode = Mode::Advisory;
     let mut rest = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
-            Some(("mode", value)) => mode = Some(value),
+            Some(("mode", "table")) => mode = Mode::Table,
+            Some(("mode", "advisory")) => mode = Mode::Advisory,
+            Some(("mode", other)) => {
+                return Err(Error::invalid(
+                    "URL",
+                    format!(
+                        "{url:?}: mode={other:?} is not a mode; use mode=advisory (the default) or mode=table"
+                    ),
+                ));
+            }
             _ => rest.push(pair),
         }
     }
-    match mode {
-        Some("table") => {}
-        None | Some("advisory") => {
-            return Err(Error::Unsupported {
-                backend: SCHEME,
-                operation: "advisory locks (the default mode) in this release; add ?mode=table \
-                            for the table-record lock",
-            });
-        }
-        Some(other) => {
-            return Err(Error::invalid(
-                "URL",
-                format!("{url:?}: mode={other:?} is not a mode; use mode=table"),
-            ));
-        }
-    }
     let url = if rest.is_empty() {
-        base.to_owned()
+        base.replacen("postgresql://", "postgres://", 1)
     } else {
-        format!("{base}?{}", rest.join("&"))
+        format!(
+            "{}?{}",
+            base.replacen("postgresql://", "postgres://", 1),
+            rest.join("&")
+        )
     };
-    PgConnectOptions::from_str(&url).map_err(|e| {
+    let options = PgConnectOptions::from_str(&url).map_err(|e| {
         Error::invalid(
             "URL",
-            format!("{url:?} is not a PostgreSQL URL ({e}); write postgres://user@host:5432/db?mode=table"),
+            format!(
+                "{url:?} is not a PostgreSQL URL ({e}); write postgres://user:password@host:5432/db"
+            ),
         )
-    })
+    })?;
+    Ok((options, mode))
+}
+
+/// Connects to the backend a `postgres://` URL names: advisory locks, or with `?mode=table`
+/// the table-record lock.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a malformed URL, [`Error::Backend`] when the server cannot be
+/// reached or the tables cannot be made.
+pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
+    let (options, mode) = parse_url(url)?;
+    match mode {
+        Mode::Table => Ok(Arc::new(PostgresBackend::connect_with(options).await?)),
+        Mode::Advisory => {
+            let pool = open_pool(options.clone(), 2).await?;
+            Ok(Arc::new(PgAdvisoryBackend::new(options, pool)))
+        }
+    }
+}
+
+/// A pool for the backend's own statements, with the tables made.
+async fn open_pool(options: PgConnectOptions, size: u32) -> Result<PgPool> {
+    let pool = PgPoolOptions::new()
+        .max_connections(size)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await
+        .map_err(db_error("connect"))?;
+    let mut tx = pool.begin().await.map_err(db_error("create the tables"))?;
+    for statement in SCHEMA {
+        sqlx::query(statement)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("create the tables"))?;
+    }
+    tx.commit().await.map_err(db_error("create the tables"))?;
+    Ok(pool)
 }
 
 impl PostgresBackend {
-    /// Connects, makes the tables if missing, and starts listening for releases.
+    /// Connects with `?mode=table`, makes the tables if missing, and starts listening for
+    /// releases.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL, [`Error::Unsupported`] for the advisory
-    /// mode, [`Error::Backend`] when the server cannot be reached or the tables cannot be
-    /// made.
+    /// [`Error::InvalidInput`] for a malformed URL or another mode, [`Error::Backend`] when
+    /// the server cannot be reached or the tables cannot be made.
     pub async fn connect(url: &str) -> Result<Self> {
-        let options = parse_url(url)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(POOL_SIZE)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
-            .await
-            .map_err(db_error("connect"))?;
-        let mut tx = pool.begin().await.map_err(db_error("create the tables"))?;
-        for statement in SCHEMA {
-            sqlx::query(statement)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error("create the tables"))?;
+        match parse_url(url)? {
+            (options, Mode::Table) => Self::connect_with(options).await,
+            (_, Mode::Advisory) => Err(Error::invalid(
+                "URL",
+                format!("{url:?}: the table-record lock needs ?mode=table"),
+            )),
         }
-        tx.commit().await.map_err(db_error("create the tables"))?;
+    }
+
+    async fn connect_with(options: PgConnectOptions) -> Result<Self> {
+        let pool = open_pool(options, POOL_SIZE).await?;
         let mut listener = PgListener::connect_with(&pool)
             .await
             .map_err(db_error("listen for releases"))?;
@@ -460,12 +527,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_need_the_table_mode() {
-        assert!(parse_url("postgres://u@h/db?mode=table").is_ok());
-        assert!(parse_url("postgres://u@h/db?sslmode=disable&mode=table").is_ok());
-        let err = parse_url("postgres://u@h/db").unwrap_err();
-        assert!(err.is_unsupported(), "{err}");
-        assert!(err.to_string().contains("mode=table"), "{err}");
+    fn urls_choose_the_mode() {
+        assert_eq!(
+            parse_url("postgres://u@h/db?mode=table").unwrap().1,
+            Mode::Table
+        );
+        assert_eq!(
+            parse_url("postgresql://u@h/db?sslmode=disable&mode=table")
+                .unwrap()
+                .1,
+            Mode::Table
+        );
+        assert_eq!(parse_url("postgres://u@h/db").unwrap().1, Mode::Advisory);
         let err = parse_url("postgres://u@h/db?mode=rows").unwrap_err();
         assert!(err.is_invalid_input(), "{err}");
         let err = parse_url("postgres://u@h:notaport/db?mode=table").unwrap_err();
