@@ -44,6 +44,7 @@
 //! | `redis+cluster://n1:7000,n2:7001/` | the reentrant lock on a Redis Cluster, sharded pub/sub wake-up | `redis` | as `redis://` | when the lease ends |
 //!
 //! | `zk://h1:2181,h2:2181/base/path` | ZooKeeper sequential-node lock (Curator-compatible), one watch per waiter | `zookeeper` | in arrival order | when its session times out (`?session_timeout=`, 10 s) |
+//! | `postgres://user@host:5432/db` | PostgreSQL session advisory locks, each on a connection the lock owns | `postgres` | in the server's queue order | when its connection closes |
 //! | `postgres://user@host:5432/db?mode=table` | table-record lock in a PostgreSQL table, LISTEN/NOTIFY wake-up | `postgres` | first to ask after the release | when the lease ends |
 //! | `zk+naive://h1:2181/` | one ephemeral node that every waiter watches (the herd effect, for comparison) | `zookeeper` | first to ask after the release | when its session times out |
 //!
@@ -55,8 +56,7 @@
 //! keeps the API's leases in the holder's client (see `docs/backends/zookeeper.md` and
 //! [`Locks::session`]).
 //!
-//! PostgreSQL offers the table-record lock (`postgres://user@host/db?mode=table`); its
-//! advisory-lock mode, etcd and MySQL backends are planned;
+//! etcd and MySQL backends are planned;
 //! their schemes answer with [`Error::NotYetAvailable`] until then.
 //!
 //! # Ownership, leases and loss
@@ -107,7 +107,7 @@ pub use crate::mutex::{AcquireOptions, Guard, Holder, Mutex};
 pub use crate::name::{LockName, MAX_NAME_BYTES};
 
 /// Schemes of backends that later releases add.
-const PLANNED: &[&str] = &["etcd", "postgres", "postgresql", "mysql", "mariadb"];
+const PLANNED: &[&str] = &["etcd", "mysql", "mariadb"];
 
 /// Connects to the backend a URL names, with default options. See the crate docs for the
 /// URLs.
