@@ -270,6 +270,14 @@ cross_process_suite! {
     redis_spin => (redis_url().replacen("redis://", "redis+spin://", 1), ());
     redis_sentinel => (redis_sentinel_url(), ());
     redis_cluster => (redis_cluster_url(), ());
+    postgres_advisory => (postgres_url(), ());
+    postgres_table => (format!("{}?mode=table", postgres_url()), ());
+}
+
+/// The PostgreSQL database `scripts/test` makes sure of (`DISTLOCK_POSTGRES_URL` overrides).
+fn postgres_url() -> String {
+    std::env::var("DISTLOCK_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1:5432/test".into())
 }
 
 /// The Sentinel group `scripts/test` starts (`DISTLOCK_REDIS_SENTINEL_URL` overrides).
