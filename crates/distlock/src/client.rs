@@ -492,14 +492,8 @@ async fn keeper(
                 std::future::pending::<()>().await;
             }
         };
-        let sleep = async {
-            match wake_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
-            _ = sleep => {}
+            _ = crate::wake::sleep_until_or_never(wake_at) => {}
             _ = notified => {}
             _ = session_changed => {}
         }

@@ -95,6 +95,7 @@ pub mod postgres;
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod wake;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

@@ -304,13 +304,6 @@ impl Drop for MemoryWaiter {
 #[async_trait]
 impl ReleaseWaiter for MemoryWaiter {
     async fn wait(&mut self, max: Duration) -> Woken {
-        // `changed` returns at once for a release signalled since the last wait.
-        match tokio::time::timeout(max, self.receiver.changed()).await {
-            Ok(Ok(())) | Err(_) => {}
-            // The store dropped the signal (it has no receivers left but this one cannot be
-            // the case while we hold it); fall back to sleeping.
-            Ok(Err(_)) => tokio::time::sleep(max).await,
-        }
-        Woken::Retry
+        crate::wake::release_signalled(&mut self.receiver, max).await
     }
 }

@@ -513,12 +513,7 @@ struct PostgresWaiter {
 #[async_trait]
 impl ReleaseWaiter for PostgresWaiter {
     async fn wait(&mut self, max: Duration) -> Woken {
-        // `changed` returns at once for a release signalled since the last wait.
-        match tokio::time::timeout(max, self.receiver.changed()).await {
-            Ok(Ok(())) | Err(_) => {}
-            Ok(Err(_)) => tokio::time::sleep(max).await,
-        }
-        Woken::Retry
+        crate::wake::release_signalled(&mut self.receiver, max).await
     }
 }
 

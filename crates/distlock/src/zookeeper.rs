@@ -1240,12 +1240,7 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
         let wake_at = [next_expiry, retry_at].into_iter().flatten().min();
         tokio::select! {
             _ = notified => {}
-            _ = async {
-                match wake_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            } => {}
+            _ = crate::wake::sleep_until_or_never(wake_at) => {}
         }
     }
 }

@@ -324,12 +324,7 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
         drop(strong);
         tokio::select! {
             _ = notified => {}
-            _ = async {
-                match next {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            } => {}
+            _ = crate::wake::sleep_until_or_never(next) => {}
         }
     }
 }
