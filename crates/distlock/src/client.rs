@@ -558,15 +558,28 @@ async fn renew_all(inner: &ClientInner) {
             .map(|(key, slot)| (key.clone(), slot.grant.clone()))
             .collect()
     };
+    let earliest_deadline = {
+        let registry = inner.registry();
+        batch
+            .iter()
+            .filter_map(|(key, _)| registry.slots.get(key).map(|slot| slot.deadline))
+            .min()
+    };
     // Locks whose renewal fails stay ours until their deadline; expire_overdue marks them
     // lost if no renewal succeeds before then.
     for chunk in batch.chunks(RENEW_BATCH) {
         let locks: Vec<(LockName, Owner)> = chunk.iter().map(|(key, _)| key.clone()).collect();
         let start = Instant::now();
         inner.renewal_calls.fetch_add(1, Ordering::Relaxed);
-        // A hung request must not keep the keeper from noticing deadlines: give up after one
-        // renewal interval and try again at the next.
-        let reply = tokio::time::timeout(lease / 3, inner.backend.renew(&locks, lease)).await;
+        // A hung request must not keep the keeper from noticing deadlines, but a slow one
+        // that lands before them still counts: wait for it until the earliest deadline of
+        // the batch (at least one renewal interval), then try again.
+        let patience = earliest_deadline
+            .map_or(lease / 3, |deadline| {
+                deadline.saturating_duration_since(start)
+            })
+            .max(lease / 3);
+        let reply = tokio::time::timeout(patience, inner.backend.renew(&locks, lease)).await;
         match reply {
             Ok(Ok(renewed)) => {
                 let mut registry = inner.registry();

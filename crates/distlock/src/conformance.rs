@@ -248,7 +248,9 @@ pub async fn renewal_keeps_holder_alive(url: &str) {
     let locks = short_lease_client(url).await;
     let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
     tokio::time::sleep(SHORT_LEASE * 4).await;
-    assert!(!guard.is_lost(), "lost while renewing");
+    if guard.is_lost() {
+        panic!("lost while renewing: {}", guard.lost().await);
+    }
     assert!(guard.is_held().await.unwrap(), "not held after four leases");
     let other = client(url).await;
     assert!(

@@ -42,11 +42,12 @@
 //! | `rediss://host:6379/?ca=/path/ca.pem` | the reentrant lock over TLS | `redis` | as `redis://` | when the lease ends |
 //! | `redis+sentinel://s1:26379,s2:26379/service` | the reentrant lock on the master a Sentinel group names, found again after a failover | `redis` | as `redis://` | when the lease ends |
 //! | `redis+cluster://n1:7000,n2:7001/` | the reentrant lock on a Redis Cluster, sharded pub/sub wake-up | `redis` | as `redis://` | when the lease ends |
-//!
 //! | `zk://h1:2181,h2:2181/base/path` | ZooKeeper sequential-node lock (Curator-compatible), one watch per waiter | `zookeeper` | in arrival order | when its session times out (`?session_timeout=`, 10 s) |
 //! | `postgres://user@host:5432/db` | PostgreSQL session advisory locks, each on a connection the lock owns | `postgres` | in the server's queue order | when its connection closes |
 //! | `postgres://user@host:5432/db?mode=table` | table-record lock in a PostgreSQL table, LISTEN/NOTIFY wake-up | `postgres` | first to ask after the release | when the lease ends |
 //! | `zk+naive://h1:2181/` | one ephemeral node that every waiter watches (the herd effect, for comparison) | `zookeeper` | first to ask after the release | when its session times out |
+//! | `mysql://user@host:3306/db` (or `mariadb://`) | MySQL/MariaDB named locks (`GET_LOCK`), each on a connection the lock owns | `mysql` | in the server's order | when its connection closes |
+//! | `mysql://user@host:3306/db?mode=table` | table-record lock in a MySQL table; waiters in other clients poll | `mysql` | first to ask after the release | when the lease ends |
 //!
 //! Every Redis URL takes `?fair=false` (first to ask wins) and `?spin=true` (the spin lock's
 //! polling instead of pub/sub). Redis replicates asynchronously: a failover can lose a grant,
@@ -56,8 +57,10 @@
 //! keeps the API's leases in the holder's client (see `docs/backends/zookeeper.md` and
 //! [`Locks::session`]).
 //!
-//! etcd and MySQL backends are planned;
-//! their schemes answer with [`Error::NotYetAvailable`] until then.
+//! PostgreSQL and MySQL session locks live in their connection: the server frees them the
+//! moment it closes (see `docs/backends/postgres.md` and `docs/backends/mysql.md`).
+//!
+//! The etcd backend is planned; its scheme answers with [`Error::NotYetAvailable`] until then.
 //!
 //! # Ownership, leases and loss
 //!
@@ -88,11 +91,15 @@ mod error;
 mod finish;
 pub mod memory;
 mod mutex;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 mod name;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod session;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod wake;
@@ -108,7 +115,7 @@ pub use crate::mutex::{AcquireOptions, Guard, Holder, Mutex};
 pub use crate::name::{LockName, MAX_NAME_BYTES};
 
 /// Schemes of backends that later releases add.
-const PLANNED: &[&str] = &["etcd", "mysql", "mariadb"];
+const PLANNED: &[&str] = &["etcd"];
 
 /// Connects to the backend a URL names, with default options. See the crate docs for the
 /// URLs.
@@ -180,13 +187,20 @@ async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
             scheme: scheme.into(),
             feature: "postgres",
         }),
+        #[cfg(feature = "mysql")]
+        "mysql" | "mariadb" => crate::mysql::connect(url).await,
+        #[cfg(not(feature = "mysql"))]
+        "mysql" | "mariadb" => Err(Error::FeatureDisabled {
+            scheme: scheme.into(),
+            feature: "mysql",
+        }),
         _ if PLANNED.contains(&scheme) => Err(Error::NotYetAvailable {
             scheme: scheme.to_owned(),
         }),
         _ => Err(Error::invalid(
             "URL",
             format!(
-                "unknown scheme {scheme:?}; known schemes are memory, sqlite, redis, zk and postgres"
+                "unknown scheme {scheme:?}; known schemes are memory, sqlite, redis, zk, postgres and mysql"
             ),
         )),
     }
@@ -227,6 +241,20 @@ mod tests {
                 "{err}"
             );
             assert!(err.to_string().contains("\"sqlite\""), "{err}");
+        }
+        #[cfg(not(feature = "mysql"))]
+        {
+            let err = connect("mariadb://127.0.0.1/").await.unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::FeatureDisabled {
+                        feature: "mysql",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
         }
         #[cfg(not(feature = "redis"))]
         {

@@ -56,7 +56,7 @@ use async_trait::async_trait;
 
 mod advisory;
 
-pub use self::advisory::{PgAdvisoryBackend, advisory_key};
+pub use self::advisory::{PgAdvisory, PgAdvisoryBackend, advisory_key};
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::{oneshot, watch};
@@ -277,7 +277,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
         Mode::Table => Ok(Arc::new(PostgresBackend::connect_with(options).await?)),
         Mode::Advisory => {
             let pool = open_pool(options.clone(), 2).await?;
-            Ok(Arc::new(PgAdvisoryBackend::new(options, pool)))
+            Ok(Arc::new(PgAdvisoryBackend::with_pool(options, pool)))
         }
     }
 }

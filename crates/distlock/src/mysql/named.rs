@@ -1,0 +1,246 @@
+//! MySQL/MariaDB named locks (`mysql://...`, the default mode): the SQL side. The client side
+//! (lock connections, waiters, leases) is shared with PostgreSQL advisory locks in
+//! `crate::session`.
+//!
+//! * Try and wait: `GET_LOCK(name, seconds)` in the `WHERE` of an `INSERT ... SELECT` that
+//!   bumps the fencing counter, so that a grant and its token are one statement. The token
+//!   comes back through `LAST_INSERT_ID(expr)` in the OK packet, which MySQL and MariaDB
+//!   both support (no `RETURNING` needed).
+//! * Check: `IS_USED_LOCK(name) = CONNECTION_ID()`, for every lock of a connection in one
+//!   query.
+//! * Cancel and terminate: `KILL QUERY` and `KILL CONNECTION` by the session's id.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::Connection;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool};
+
+use crate::error::Result;
+use crate::name::LockName;
+use crate::session::{Dialect, SessionBackend};
+
+use super::{SCHEME, db_error};
+
+/// MySQL/MariaDB named locks, `mysql://` without `?mode=`; see the
+/// [`mysql` module docs](crate::mysql).
+pub type MySqlNamedBackend = SessionBackend<MySqlNamed>;
+
+/// The server's limit on a lock name, in characters; we count bytes, which is stricter.
+pub const MAX_SERVER_NAME: usize = 64;
+/// How much of a long name is kept, readable, before its hash.
+const KEPT_PREFIX: usize = MAX_SERVER_NAME - 17;
+
+/// Takes the lock if `GET_LOCK` grants it within the given seconds, and bumps the counter in
+/// the same statement. Nothing is inserted when it is not granted.
+const LOCK: &str = "
+INSERT INTO distlock_fencing (name, last_token)
+SELECT ?, LAST_INSERT_ID(1) FROM DUAL WHERE GET_LOCK(?, ?) = 1
+ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1)";
+
+/// How many names one check asks about.
+const CHECK_CHUNK: usize = 256;
+
+/// The name a lock has on the server. Names of up to [`MAX_SERVER_NAME`] bytes are used as
+/// they are, so that other programs can take the same lock by name. Longer names keep their
+/// first bytes (cut at a character boundary), then `#` and the 64-bit FNV-1a hash of the whole
+/// name (with distlock's domain tag) in 16 hex digits: 64 bytes at most, deterministic.
+pub fn server_lock_name(name: &str) -> String {
+    if name.len() <= MAX_SERVER_NAME {
+        return name.to_owned();
+    }
+    let mut cut = KEPT_PREFIX;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}#{:016x}", &name[..cut], crate::session::fnv1a64(name))
+}
+
+/// The MySQL side of session locks: connection options for lock connections and a pool for
+/// the operator's queries.
+#[doc(hidden)]
+pub struct MySqlNamed {
+    options: MySqlConnectOptions,
+    pool: MySqlPool,
+}
+
+impl MySqlNamedBackend {
+    pub(super) fn with_pool(options: MySqlConnectOptions, pool: MySqlPool) -> Self {
+        SessionBackend::new(MySqlNamed { options, pool })
+    }
+}
+
+impl MySqlNamed {
+    async fn lock(
+        &self,
+        conn: &mut MySqlConnection,
+        key: &str,
+        name: &LockName,
+        seconds: f64,
+        operation: &'static str,
+    ) -> Result<Option<u64>> {
+        let done = sqlx::query(LOCK)
+            .bind(name.as_str().as_bytes())
+            .bind(key)
+            .bind(seconds)
+            .execute(conn)
+            .await
+            .map_err(db_error(operation))?;
+        Ok((done.rows_affected() > 0).then(|| done.last_insert_id()))
+    }
+
+    async fn kill(&self, what: &str, session: u64) -> Result<bool> {
+        // The id is a number we read from the server, never user input.
+        match sqlx::raw_sql(&format!("KILL {what} {session}"))
+            .execute(&self.pool)
+            .await
+        {
+            Ok(_) => Ok(true),
+            // 1094: unknown thread id (it has ended already).
+            Err(error)
+                if error
+                    .as_database_error()
+                    .and_then(|e| e.try_downcast_ref::<MySqlDatabaseError>())
+                    .is_some_and(|e| e.number() == 1094) =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(db_error("end the holder's session")(error)),
+        }
+    }
+}
+
+#[async_trait]
+impl Dialect for MySqlNamed {
+    type Conn = MySqlConnection;
+    type Key = String;
+    const SCHEME: &'static str = SCHEME;
+
+    fn key(name: &LockName) -> String {
+        server_lock_name(name.as_str())
+    }
+
+    async fn open(&self) -> Result<(MySqlConnection, u64)> {
+        let mut conn = MySqlConnection::connect_with(&self.options)
+            .await
+            .map_err(db_error("open a lock connection"))?;
+        let (id,): (u64,) = sqlx::query_as("SELECT CONNECTION_ID()")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(db_error("open a lock connection"))?;
+        Ok((conn, id))
+    }
+
+    async fn try_lock(
+        &self,
+        conn: &mut MySqlConnection,
+        key: &String,
+        name: &LockName,
+    ) -> Result<Option<u64>> {
+        self.lock(conn, key, name, 0.0, "acquire").await
+    }
+
+    async fn lock_waiting(
+        &self,
+        conn: &mut MySqlConnection,
+        key: &String,
+        name: &LockName,
+        max: Duration,
+    ) -> Result<Option<u64>> {
+        let seconds = max.as_secs_f64().max(0.001);
+        self.lock(conn, key, name, seconds, "wait for the lock")
+            .await
+    }
+
+    async fn unlock(&self, conn: &mut MySqlConnection, key: &String) -> Result<bool> {
+        let (released,): (Option<i64>,) = sqlx::query_as("SELECT RELEASE_LOCK(?)")
+            .bind(key)
+            .fetch_one(conn)
+            .await
+            .map_err(db_error("unlock"))?;
+        Ok(released == Some(1))
+    }
+
+    async fn unlock_all(&self, conn: &mut MySqlConnection) -> Result<()> {
+        sqlx::query("SELECT RELEASE_ALL_LOCKS()")
+            .execute(conn)
+            .await
+            .map(drop)
+            .map_err(db_error("unlock"))
+    }
+
+    async fn held(&self, conn: &mut MySqlConnection, keys: &[String]) -> Result<HashSet<String>> {
+        let mut held = HashSet::new();
+        for chunk in keys.chunks(CHECK_CHUNK) {
+            let names = vec!["SELECT ? AS k"; chunk.len()].join(" UNION ALL ");
+            let sql = format!(
+                "SELECT CAST(k AS BINARY) FROM ({names}) t WHERE IS_USED_LOCK(k) = CONNECTION_ID()"
+            );
+            let mut query = sqlx::query_as::<_, (Vec<u8>,)>(&sql);
+            for key in chunk {
+                query = query.bind(key);
+            }
+            let rows = query
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(db_error("check held locks"))?;
+            held.extend(
+                rows.into_iter()
+                    .filter_map(|(key,)| String::from_utf8(key).ok()),
+            );
+        }
+        Ok(held)
+    }
+
+    async fn holders(&self, key: &String) -> Result<Vec<u64>> {
+        let (holder,): (Option<i64>,) = sqlx::query_as("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
+            .bind(key)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error("read the lock"))?;
+        Ok(holder
+            .and_then(|id| u64::try_from(id).ok())
+            .into_iter()
+            .collect())
+    }
+
+    async fn terminate(&self, session: u64) -> Result<bool> {
+        self.kill("CONNECTION", session).await
+    }
+
+    async fn cancel(&self, session: u64) {
+        let _ = self.kill("QUERY", session).await;
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(drop)
+            .map_err(db_error("ping"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_names_are_hashed_to_the_server_limit() {
+        assert_eq!(server_lock_name("stock/iphone-15"), "stock/iphone-15");
+        let exact = "x".repeat(MAX_SERVER_NAME);
+        assert_eq!(server_lock_name(&exact), exact);
+        let long = format!("{}a", "x".repeat(MAX_SERVER_NAME));
+        let mapped = server_lock_name(&long);
+        assert_eq!(mapped.len(), MAX_SERVER_NAME);
+        assert!(mapped.starts_with(&"x".repeat(KEPT_PREFIX)));
+        assert_ne!(mapped, server_lock_name(&format!("{}b", "x".repeat(64))));
+        // Fixed: changing the mapping would let old and new clients hold one lock twice.
+        assert_eq!(server_lock_name(&long), server_lock_name(&long));
+        let wide = "é".repeat(40);
+        let mapped = server_lock_name(&wide);
+        assert!(mapped.len() <= MAX_SERVER_NAME, "{mapped}");
+        assert!(mapped.starts_with(&"é".repeat(23)));
+    }
+}

@@ -1,0 +1,730 @@
+//! Locks that live in a database session: PostgreSQL advisory locks and MySQL/MariaDB named
+//! locks. The two servers differ in their SQL; the client side is this one module, generic
+//! over a [`Dialect`].
+//!
+//! * An acquisition that does not wait asks on the client's primary lock connection, which
+//!   holds every lock taken that way.
+//! * A waiting acquisition takes a connection of its own (a new one, or an idle one kept from
+//!   earlier) and blocks in the server's own wait, bounded by the time it may wait. The
+//!   server grants it the moment the holder unlocks, and that connection then holds the
+//!   lock until it is released.
+//! * Several owners of one client never share a lock through one session (session locks are
+//!   re-entrant per session on both servers): the client reserves the name before it asks.
+//! * The fencing token is a per-name counter in `distlock_fencing`, bumped by the same
+//!   statement that takes the lock.
+//! * A lock connection that dies takes its locks with it (the server frees them); the next
+//!   renewal check finds them gone and fires `lost()`. Force-unlock ends the holding
+//!   session, which frees every lock that session held.
+//! * Leases are kept by the holder's client, as for ZooKeeper: a fixed lease ends with the
+//!   client unlocking.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{Mutex as AsyncMutex, Notify, oneshot};
+use tokio::time::Instant;
+
+use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
+use crate::error::{Error, Result};
+use crate::name::LockName;
+
+/// FNV-1a (64 bit) over `distlock\0` and the name's bytes: the domain-tagged hash both
+/// databases' lock keys are made from. Fixed forever: clients of one lock must agree on it.
+pub(crate) fn fnv1a64(name: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in b"distlock\0".iter().chain(name.as_bytes()) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// Idle lock connections kept for the next waiter.
+const IDLE_KEPT: usize = 16;
+
+/// What one database says to lock, unlock and look at session locks. Implemented by the
+/// PostgreSQL and MySQL backends; not for use outside this crate.
+#[async_trait]
+pub trait Dialect: Send + Sync + 'static {
+    /// One session.
+    type Conn: Send + 'static;
+    /// A lock as the server names it.
+    type Key: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static;
+    /// The URL scheme, for errors.
+    const SCHEME: &'static str;
+
+    /// The server's name for a lock.
+    fn key(name: &LockName) -> Self::Key;
+    /// Opens a session and tells its id (for cancel and terminate).
+    async fn open(&self) -> Result<(Self::Conn, u64)>;
+    /// Takes the lock if it is free and bumps its fencing counter: the token, or `None`.
+    async fn try_lock(
+        &self,
+        conn: &mut Self::Conn,
+        key: &Self::Key,
+        name: &LockName,
+    ) -> Result<Option<u64>>;
+    /// Waits up to `max` for the lock, then as `try_lock`. `None` when the time ran out or
+    /// the wait was cancelled.
+    async fn lock_waiting(
+        &self,
+        conn: &mut Self::Conn,
+        key: &Self::Key,
+        name: &LockName,
+        max: Duration,
+    ) -> Result<Option<u64>>;
+    /// Unlocks once: false when this session did not hold it.
+    async fn unlock(&self, conn: &mut Self::Conn, key: &Self::Key) -> Result<bool>;
+    /// Unlocks everything this session holds.
+    async fn unlock_all(&self, conn: &mut Self::Conn) -> Result<()>;
+    /// Which of `keys` this session holds; an error when the session is gone.
+    async fn held(&self, conn: &mut Self::Conn, keys: &[Self::Key]) -> Result<HashSet<Self::Key>>;
+    /// The sessions holding `key`, asked on the operator's pool.
+    async fn holders(&self, key: &Self::Key) -> Result<Vec<u64>>;
+    /// Ends a session; true when it existed.
+    async fn terminate(&self, session: u64) -> Result<bool>;
+    /// Stops the statement a session runs.
+    async fn cancel(&self, session: u64);
+    /// One round trip.
+    async fn ping(&self) -> Result<()>;
+}
+
+/// One of the client's lock connections.
+struct LockConn<D: Dialect> {
+    conn: AsyncMutex<D::Conn>,
+    session: u64,
+}
+
+impl<D: Dialect> LockConn<D> {
+    async fn open(dialect: &D) -> Result<Arc<Self>> {
+        let (conn, session) = dialect.open().await?;
+        Ok(Arc::new(LockConn {
+            conn: AsyncMutex::new(conn),
+            session,
+        }))
+    }
+}
+
+struct Held<D: Dialect> {
+    owner: Owner,
+    holds: u32,
+    token: u64,
+    key: D::Key,
+    conn: Arc<LockConn<D>>,
+    expires_at: Instant,
+}
+
+struct State<D: Dialect> {
+    held: HashMap<LockName, Held<D>>,
+    /// Names being asked for by one owner of this client right now.
+    pending: HashSet<LockName>,
+    /// Locks to unlock in the background (lease ended, abandoned grant).
+    unlock: Vec<(Arc<LockConn<D>>, D::Key)>,
+}
+
+impl<D: Dialect> Default for State<D> {
+    fn default() -> Self {
+        State {
+            held: HashMap::new(),
+            pending: HashSet::new(),
+            unlock: Vec::new(),
+        }
+    }
+}
+
+struct Shared<D: Dialect> {
+    dialect: D,
+    primary: AsyncMutex<Option<Arc<LockConn<D>>>>,
+    idle: StdMutex<Vec<Arc<LockConn<D>>>>,
+    state: StdMutex<State<D>>,
+    reaper: Arc<Notify>,
+}
+
+/// Session locks of one database; see the [module docs](self).
+pub struct SessionBackend<D: Dialect> {
+    shared: Arc<Shared<D>>,
+}
+
+impl<D: Dialect> Clone for SessionBackend<D> {
+    fn clone(&self) -> Self {
+        SessionBackend {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<D: Dialect> fmt::Debug for SessionBackend<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionBackend")
+            .field("scheme", &D::SCHEME)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> SessionBackend<D> {
+    pub(crate) fn new(dialect: D) -> Self {
+        let shared = Arc::new(Shared {
+            dialect,
+            primary: AsyncMutex::new(None),
+            idle: StdMutex::default(),
+            state: StdMutex::default(),
+            reaper: Arc::new(Notify::new()),
+        });
+        tokio::spawn(reap(Arc::downgrade(&shared), shared.reaper.clone()));
+        SessionBackend { shared }
+    }
+}
+
+impl<D: Dialect> Shared<D> {
+    fn state(&self) -> std::sync::MutexGuard<'_, State<D>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn primary(&self) -> Result<Arc<LockConn<D>>> {
+        let mut primary = self.primary.lock().await;
+        if let Some(conn) = primary.as_ref() {
+            return Ok(conn.clone());
+        }
+        let conn = LockConn::open(&self.dialect).await?;
+        *primary = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets a primary connection that failed, so that the next request opens another.
+    async fn drop_primary(&self, failed: &Arc<LockConn<D>>) {
+        let mut primary = self.primary.lock().await;
+        if primary.as_ref().is_some_and(|c| Arc::ptr_eq(c, failed)) {
+            *primary = None;
+        }
+    }
+
+    async fn idle_or_new(&self) -> Result<Arc<LockConn<D>>> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => LockConn::open(&self.dialect).await,
+        }
+    }
+
+    /// A waiter's connection that holds nothing now: keep it for the next waiter.
+    fn to_idle(&self, conn: Arc<LockConn<D>>) {
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if idle.len() < IDLE_KEPT {
+            idle.push(conn);
+        }
+    }
+
+    async fn unlock(&self, conn: &LockConn<D>, key: &D::Key) -> Result<bool> {
+        let mut c = conn.conn.lock().await;
+        self.dialect.unlock(&mut c, key).await
+    }
+
+    async fn held_keys(&self, conn: &LockConn<D>, keys: &[D::Key]) -> Result<HashSet<D::Key>> {
+        let mut c = conn.conn.lock().await;
+        self.dialect.held(&mut c, keys).await
+    }
+
+    /// After an unlock on `conn`: a waiter's connection holding nothing more goes idle. A
+    /// connection whose unlock failed is never reused: it may still hold the lock, and
+    /// closing it (dropping the last handle) frees everything it holds.
+    async fn after_unlock(&self, conn: Arc<LockConn<D>>, unlocked: bool) {
+        if !unlocked {
+            self.drop_primary(&conn).await;
+            return;
+        }
+        if self
+            .primary
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, &conn))
+        {
+            return;
+        }
+        let in_use = self
+            .state()
+            .held
+            .values()
+            .any(|held| Arc::ptr_eq(&held.conn, &conn));
+        if !in_use {
+            self.to_idle(conn);
+        }
+    }
+
+    async fn is_locked(&self, name: &LockName) -> Result<bool> {
+        Ok(!self.dialect.holders(&D::key(name)).await?.is_empty())
+    }
+
+    /// Whether `owner` still holds `name` on the server.
+    async fn alive(&self, name: &LockName, owner: &Owner) -> Result<bool> {
+        let Some((conn, key)) = self
+            .state()
+            .held
+            .get(name)
+            .filter(|held| &held.owner == owner)
+            .map(|held| (held.conn.clone(), held.key.clone()))
+        else {
+            return Ok(false);
+        };
+        match self.held_keys(&conn, std::slice::from_ref(&key)).await {
+            Ok(keys) if keys.contains(&key) => Ok(true),
+            Ok(_) | Err(_) => {
+                self.forget(name, &conn);
+                Ok(false)
+            }
+        }
+    }
+
+    fn forget(&self, name: &LockName, conn: &Arc<LockConn<D>>) {
+        let mut state = self.state();
+        if state
+            .held
+            .get(name)
+            .is_some_and(|held| Arc::ptr_eq(&held.conn, conn))
+        {
+            state.held.remove(name);
+        }
+    }
+}
+
+/// Unlocks in the background: leases that ended and grants nobody took.
+async fn reap<D: Dialect>(shared: Weak<Shared<D>>, wake: Arc<Notify>) {
+    loop {
+        let notified = wake.notified();
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let (work, next) = {
+            let mut state = strong.state();
+            let expired: Vec<LockName> = state
+                .held
+                .iter()
+                .filter(|(_, held)| held.expires_at <= now)
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in expired {
+                if let Some(held) = state.held.remove(&name) {
+                    tracing::debug!(lock = %name, "the lease ended; unlocking");
+                    state.unlock.push((held.conn, held.key));
+                }
+            }
+            let next = state.held.values().map(|held| held.expires_at).min();
+            (std::mem::take(&mut state.unlock), next)
+        };
+        for (conn, key) in work {
+            let unlocked = strong.unlock(&conn, &key).await;
+            if let Err(error) = &unlocked {
+                tracing::warn!(%error, "unlocking in the background failed; closing the connection");
+            }
+            strong.after_unlock(conn, unlocked.is_ok()).await;
+        }
+        drop(strong);
+        tokio::select! {
+            _ = notified => {}
+            _ = crate::wake::sleep_until_or_never(next) => {}
+        }
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> Backend for SessionBackend<D> {
+    fn scheme(&self) -> &'static str {
+        D::SCHEME
+    }
+
+    async fn ping(&self) -> Result<()> {
+        self.shared.dialect.ping().await
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<Acquired> {
+        let shared = &self.shared;
+        {
+            let mut state = shared.state();
+            if let Some(held) = state.held.get_mut(name) {
+                if &held.owner != owner {
+                    return Ok(Acquired::Held { ttl: None });
+                }
+                held.holds += 1;
+                held.expires_at = held.expires_at.max(Instant::now() + lease);
+                return Ok(Acquired::Granted {
+                    fencing_token: held.token,
+                    holds: held.holds,
+                });
+            }
+            if !state.pending.insert(name.clone()) {
+                // Another owner of this client is asking right now.
+                return Ok(Acquired::Held {
+                    ttl: Some(Duration::from_millis(1)),
+                });
+            }
+        }
+        let key = D::key(name);
+        let outcome = async {
+            let conn = shared.primary().await?;
+            let token = {
+                let mut c = conn.conn.lock().await;
+                shared.dialect.try_lock(&mut c, &key, name).await
+            };
+            match token {
+                Ok(token) => Ok((conn, token)),
+                Err(error) => {
+                    // The lock may have been taken before the statement failed.
+                    let _ = shared.unlock(&conn, &key).await;
+                    shared.drop_primary(&conn).await;
+                    Err(error)
+                }
+            }
+        }
+        .await;
+        let mut state = shared.state();
+        state.pending.remove(name);
+        let (conn, token) = outcome?;
+        let Some(token) = token else {
+            return Ok(Acquired::Held { ttl: None });
+        };
+        state.held.insert(
+            name.clone(),
+            Held {
+                owner: owner.clone(),
+                holds: 1,
+                token,
+                key,
+                conn,
+                expires_at: Instant::now() + lease,
+            },
+        );
+        drop(state);
+        shared.reaper.notify_one();
+        Ok(Acquired::Granted {
+            fencing_token: token,
+            holds: 1,
+        })
+    }
+
+    async fn subscribe(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        lease: Duration,
+    ) -> Result<Box<dyn ReleaseWaiter>> {
+        Ok(Box::new(SessionWaiter {
+            shared: self.shared.clone(),
+            name: name.clone(),
+            owner: owner.clone(),
+            lease,
+            pending: None,
+        }))
+    }
+
+    async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
+        let shared = &self.shared;
+        let taken = {
+            let mut state = shared.state();
+            match state.held.get_mut(name) {
+                Some(held) if &held.owner == owner => {
+                    if held.holds > 1 {
+                        held.holds -= 1;
+                        return Ok(Released::Released {
+                            remaining_holds: held.holds,
+                        });
+                    }
+                    state.held.remove(name)
+                }
+                Some(_) => return Ok(Released::HeldByOther),
+                None => None,
+            }
+        };
+        let Some(held) = taken else {
+            return Ok(if shared.is_locked(name).await? {
+                Released::HeldByOther
+            } else {
+                Released::NotHeld
+            });
+        };
+        let unlocked = shared.unlock(&held.conn, &held.key).await;
+        shared.after_unlock(held.conn, unlocked.is_ok()).await;
+        Ok(match unlocked {
+            Ok(true) => Released::Released { remaining_holds: 0 },
+            // The session lost it (terminated, or its connection broke).
+            Ok(false) | Err(_) => Released::NotHeld,
+        })
+    }
+
+    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+        let shared = &self.shared;
+        let start = Instant::now();
+        if shared.alive(name, owner).await? {
+            if let Some(held) = shared.state().held.get_mut(name) {
+                held.expires_at = start + lease;
+            }
+            shared.reaper.notify_one();
+            return Ok(Extended::Extended);
+        }
+        let other = shared.state().held.contains_key(name) || shared.is_locked(name).await?;
+        Ok(if other {
+            Extended::HeldByOther
+        } else {
+            Extended::NotHeld
+        })
+    }
+
+    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+        let shared = &self.shared;
+        let start = Instant::now();
+        // One query per lock connection involved.
+        let mut by_conn: Vec<(Arc<LockConn<D>>, Vec<D::Key>)> = Vec::new();
+        {
+            let state = shared.state();
+            for (name, owner) in locks {
+                let Some(held) = state.held.get(name).filter(|h| &h.owner == owner) else {
+                    continue;
+                };
+                match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &held.conn)) {
+                    Some((_, keys)) => keys.push(held.key.clone()),
+                    None => by_conn.push((held.conn.clone(), vec![held.key.clone()])),
+                }
+            }
+        }
+        let mut alive: Vec<(Arc<LockConn<D>>, HashSet<D::Key>)> = Vec::new();
+        for (conn, keys) in by_conn {
+            match shared.held_keys(&conn, &keys).await {
+                Ok(keys) => alive.push((conn, keys)),
+                Err(error) => {
+                    tracing::warn!(%error, "a lock connection failed; its locks are lost");
+                    shared.drop_primary(&conn).await;
+                }
+            }
+        }
+        let mut state = shared.state();
+        Ok(locks
+            .iter()
+            .map(|(name, owner)| {
+                let Some(held) = state.held.get_mut(name).filter(|h| &h.owner == owner) else {
+                    return false;
+                };
+                let ok = alive
+                    .iter()
+                    .any(|(conn, keys)| Arc::ptr_eq(conn, &held.conn) && keys.contains(&held.key));
+                if ok {
+                    held.expires_at = start + lease;
+                } else {
+                    state.held.remove(name);
+                }
+                ok
+            })
+            .collect())
+    }
+
+    async fn is_locked(&self, name: &LockName) -> Result<bool> {
+        self.shared.is_locked(name).await
+    }
+
+    async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
+        let shared = &self.shared;
+        if !shared.alive(name, owner).await? {
+            return Ok(0);
+        }
+        Ok(shared
+            .state()
+            .held
+            .get(name)
+            .filter(|held| &held.owner == owner)
+            .map_or(0, |held| held.holds))
+    }
+
+    async fn force_unlock(&self, name: &LockName) -> Result<bool> {
+        let shared = &self.shared;
+        let mut freed = false;
+        for session in shared.dialect.holders(&D::key(name)).await? {
+            freed |= shared.dialect.terminate(session).await?;
+        }
+        // The server frees the locks when the terminated session has ended.
+        if freed {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while shared.is_locked(name).await? && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        Ok(freed)
+    }
+}
+
+/// The outcome of one blocking attempt, from its background task.
+enum Outcome<D: Dialect> {
+    Granted {
+        conn: Arc<LockConn<D>>,
+        token: u64,
+        key: D::Key,
+    },
+    TimedOut,
+    Failed(Error),
+}
+
+/// A blocking attempt in flight: its task's answer and its session (to cancel it).
+struct Pending<D: Dialect> {
+    answer: oneshot::Receiver<Outcome<D>>,
+    /// The session running the statement, 0 when none is.
+    session: Arc<AtomicU64>,
+}
+
+struct SessionWaiter<D: Dialect> {
+    shared: Arc<Shared<D>>,
+    name: LockName,
+    owner: Owner,
+    lease: Duration,
+    pending: Option<Pending<D>>,
+}
+
+impl<D: Dialect> SessionWaiter<D> {
+    fn start(&mut self, max: Duration) -> &mut Pending<D> {
+        let (send, answer) = oneshot::channel();
+        let session = Arc::new(AtomicU64::new(0));
+        let shared = self.shared.clone();
+        let name = self.name.clone();
+        let task_session = session.clone();
+        tokio::spawn(async move {
+            let outcome = blocking_attempt(&shared, &name, max, &task_session).await;
+            if let Err(Outcome::Granted { conn, key, .. }) = send.send(outcome) {
+                // Nobody took the grant: give it back.
+                shared.state().unlock.push((conn, key));
+                shared.reaper.notify_one();
+            }
+        });
+        self.pending.insert(Pending { answer, session })
+    }
+}
+
+async fn blocking_attempt<D: Dialect>(
+    shared: &Shared<D>,
+    name: &LockName,
+    max: Duration,
+    session: &AtomicU64,
+) -> Outcome<D> {
+    let conn = match shared.idle_or_new().await {
+        Ok(conn) => conn,
+        Err(error) => return Outcome::Failed(error),
+    };
+    session.store(conn.session, Ordering::SeqCst);
+    let key = D::key(name);
+    let result = {
+        let mut c = conn.conn.lock().await;
+        shared.dialect.lock_waiting(&mut c, &key, name, max).await
+    };
+    // Done with the statement: a waiter that gives up from now on has nothing to cancel.
+    session.store(0, Ordering::SeqCst);
+    match result {
+        Ok(Some(token)) => Outcome::Granted { conn, token, key },
+        failed => {
+            // A statement that failed after it took the lock (a cancel landing between the
+            // lock and the counter) leaves the session holding it: session locks outlive a
+            // failed statement. This connection holds nothing else, so unlock everything
+            // before it serves another waiter; if that fails, closing it frees everything.
+            let clean = {
+                let mut c = conn.conn.lock().await;
+                shared.dialect.unlock_all(&mut c).await.is_ok()
+            };
+            if clean {
+                shared.to_idle(conn);
+            }
+            match failed {
+                Err(error) => Outcome::Failed(error),
+                Ok(_) => Outcome::TimedOut,
+            }
+        }
+    }
+}
+
+impl<D: Dialect> Drop for SessionWaiter<D> {
+    fn drop(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        // Stop the blocked statement; a grant that lands anyway is given back by the task.
+        let session = pending.session.load(Ordering::SeqCst);
+        if session != 0
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let shared = self.shared.clone();
+            runtime.spawn(async move { shared.dialect.cancel(session).await });
+        }
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> ReleaseWaiter for SessionWaiter<D> {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        let deadline = Instant::now() + max;
+        if self.pending.is_none() {
+            self.start(max);
+        }
+        let Some(pending) = self.pending.as_mut() else {
+            return Woken::Retry;
+        };
+        let outcome = tokio::select! {
+            outcome = &mut pending.answer => outcome,
+            // The server's own wait ends the statement; this is the backstop.
+            _ = tokio::time::sleep_until(deadline + Duration::from_secs(1)) => return Woken::Retry,
+        };
+        self.pending = None;
+        match outcome {
+            Ok(Outcome::Granted { conn, token, key }) => {
+                let since = Instant::now();
+                let mut state = self.shared.state();
+                if state.held.contains_key(&self.name) {
+                    // Cannot happen (the server excludes this client's other sessions), but
+                    // never record two holders.
+                    state.unlock.push((conn, key));
+                    drop(state);
+                    self.shared.reaper.notify_one();
+                    return Woken::Retry;
+                }
+                state.held.insert(
+                    self.name.clone(),
+                    Held {
+                        owner: self.owner.clone(),
+                        holds: 1,
+                        token,
+                        key,
+                        conn,
+                        expires_at: since + self.lease,
+                    },
+                );
+                drop(state);
+                self.shared.reaper.notify_one();
+                Woken::Granted {
+                    fencing_token: token,
+                    since,
+                    lease: self.lease,
+                }
+            }
+            Ok(Outcome::TimedOut) => Woken::Retry,
+            Ok(Outcome::Failed(error)) => {
+                tracing::warn!(%error, scheme = D::SCHEME, "waiting for a session lock failed");
+                tokio::time::sleep_until(deadline.min(Instant::now() + Duration::from_millis(100)))
+                    .await;
+                Woken::Retry
+            }
+            Err(_) => Woken::Retry,
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! The MySQL/MariaDB backend on the real server `scripts/test` makes sure of: the conformance
+//! suite on named locks and on the table-record lock, and a killed lock connection.
+
+use std::time::Duration;
+
+use distlock::conformance::Target;
+
+/// The database the tests use: `DISTLOCK_MYSQL_URL`, or the local default. Fails, never
+/// skips, when the server does not answer.
+fn database() -> String {
+    let url = std::env::var("DISTLOCK_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
+    let address = url
+        .split_once('@')
+        .map_or("", |(_, rest)| rest)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if std::net::TcpStream::connect(&address).is_err() {
+        panic!("MySQL/MariaDB is not reachable at {address} ({url}); start it with scripts/test");
+    }
+    url
+}
+
+fn table() -> Target {
+    let url = database();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Target::new(format!("{url}{separator}mode=table"))
+}
+
+fn named() -> Target {
+    Target::new(database())
+}
+
+distlock::conformance_suite!(mysql_table, table());
+distlock::conformance_suite!(mysql_named, named());
+
+/// A named lock lives in its connection: when an administrator kills that connection
+/// (`KILL`), the server frees the lock at once, another client gets it with a larger token,
+/// and the holder's guard reports the loss at its next check.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_lock_connection_frees_the_lock_and_fires_lost() {
+    let url = database();
+    let holder = distlock::connect_with(
+        &url,
+        distlock::ConnectOptions::new().lease(Duration::from_millis(600)),
+    )
+    .await
+    .unwrap();
+    let name = format!("mysql/killed/{}", uuid::Uuid::new_v4().simple());
+    let guard = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let rival = distlock::connect(&url).await.unwrap();
+    assert!(
+        rival
+            .mutex(name.as_str())
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Kill the holding connection from outside, as an administrator would.
+    let admin = sqlx::MySqlPool::connect(&url).await.unwrap();
+    let (holder_id,): (Option<i64>,) = sqlx::query_as("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
+        .bind(distlock::mysql::server_lock_name(&name))
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    let holder_id = holder_id.expect("no connection holds the lock");
+    sqlx::raw_sql(&format!("KILL CONNECTION {holder_id}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+
+    let granted = rival
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .expect("the lock of the killed connection was not freed");
+    assert!(granted.fencing_token() > guard.fencing_token());
+    let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost() did not fire after the connection was killed");
+    assert!(lost.is_lock_lost());
+    granted.release().await.unwrap();
+}
+
+/// Names longer than the server's 64 characters still lock: two clients exclude each other
+/// on a 300-byte name, and the server sees the hashed name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_names_are_hashed_and_still_exclude() {
+    let url = database();
+    let name = format!(
+        "mysql/long/{}/{}",
+        uuid::Uuid::new_v4().simple(),
+        "n".repeat(260)
+    );
+    let a = distlock::connect(&url).await.unwrap();
+    let b = distlock::connect(&url).await.unwrap();
+    let guard = a.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    assert!(
+        b.mutex(name.as_str())
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let admin = sqlx::MySqlPool::connect(&url).await.unwrap();
+    let (used,): (Option<i64>,) = sqlx::query_as("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
+        .bind(distlock::mysql::server_lock_name(&name))
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert!(used.is_some(), "the server does not know the hashed name");
+    guard.release().await.unwrap();
+    let again = b.mutex(name.as_str()).unwrap().try_acquire().await.unwrap();
+    assert!(again.is_some());
+    again.unwrap().release().await.unwrap();
+}
+
+/// Two names that differ only in case are two locks on this server (MariaDB compares
+/// user-lock names byte for byte), and the table lock agrees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_differing_in_case_are_two_locks() {
+    for target in [named(), table()] {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let a = distlock::connect(target.url()).await.unwrap();
+        let b = distlock::connect(target.url()).await.unwrap();
+        let upper = a
+            .mutex(format!("case/{id}/Stock"))
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        let lower = b
+            .mutex(format!("case/{id}/stock"))
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .expect("the lower-case name was refused while the upper-case one was held");
+        lower.release().await.unwrap();
+        upper.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mysql_named_waiters_are_granted_by_the_server() {
+    distlock::conformance::fair_waiters_are_served_in_order(named().url()).await;
+}
