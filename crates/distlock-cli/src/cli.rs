@@ -41,9 +41,10 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Strategy to run (repeatable): none, in-process, table-lock, redis,
-    /// redis-spin, zookeeper. Default: all; a
-    /// strategy whose server does not answer is listed as unavailable, with the reason.
+    /// Strategy to run (repeatable): none, in-process, table-lock, redis, redis-spin,
+    /// zookeeper, pg-pessimistic, pg-optimistic, pg-advisory, mysql-pessimistic,
+    /// mysql-optimistic, mysql-named. Default: all; a strategy whose server does not answer
+    /// is listed as unavailable, with the reason.
     #[arg(long = "strategy", value_name = "NAME")]
     pub strategies: Vec<String>,
     /// Worker processes buying at once.
@@ -75,6 +76,17 @@ pub struct DemoArgs {
     /// The ZooKeeper ensemble of the zookeeper strategy.
     #[arg(long, default_value = "zk://127.0.0.1:2181/")]
     pub zookeeper: String,
+    /// The PostgreSQL database of the pg-* strategies: the stock table and, for
+    /// pg-advisory, the advisory lock.
+    #[arg(
+        long,
+        default_value = "postgres://postgres:postgres@127.0.0.1:5432/test"
+    )]
+    pub postgres: String,
+    /// The MySQL/MariaDB database of the mysql-* strategies: the stock table and, for
+    /// mysql-named, the named lock.
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306/test")]
+    pub mysql: String,
 }
 
 #[derive(Debug, Args)]

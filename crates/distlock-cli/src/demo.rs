@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cli::DemoArgs;
 use crate::failure::{CliResult, Failure};
-use crate::store::{ITEM, Store};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+use crate::sql_store::SqlStore;
+use crate::store::{Bought, ITEM, OPTIMISTIC_ATTEMPTS, Store};
 use crate::workers::{self, Fleet};
 
 /// The strategies, in the order the table shows them.
@@ -24,6 +26,30 @@ const STRATEGIES: &[(&str, &str)] = &[
     ("redis", "distlock's Redis reentrant lock"),
     ("redis-spin", "distlock's Redis spin lock"),
     ("zookeeper", "distlock's ZooKeeper sequential-node lock"),
+    (
+        "pg-pessimistic",
+        "PostgreSQL: SELECT ... FOR UPDATE in a transaction",
+    ),
+    (
+        "pg-optimistic",
+        "PostgreSQL: version column, at most 10 attempts per order",
+    ),
+    (
+        "pg-advisory",
+        "distlock's PostgreSQL advisory lock around a committed transaction",
+    ),
+    (
+        "mysql-pessimistic",
+        "MySQL/MariaDB: SELECT ... FOR UPDATE in a transaction",
+    ),
+    (
+        "mysql-optimistic",
+        "MySQL/MariaDB: version column, at most 10 attempts per order",
+    ),
+    (
+        "mysql-named",
+        "distlock's MySQL named lock around a committed transaction",
+    ),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,25 +60,63 @@ enum Strategy {
     Redis,
     RedisSpin,
     ZooKeeper,
+    PgPessimistic,
+    PgOptimistic,
+    PgAdvisory,
+    MySqlPessimistic,
+    MySqlOptimistic,
+    MySqlNamed,
+}
+
+/// Where a strategy keeps the stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Database {
+    Sqlite,
+    Postgres,
+    MySql,
+}
+
+/// How a strategy protects the read-modify-write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protection {
+    Nothing,
+    ProcessMutex,
+    /// A distlock lock around the purchase.
+    Lock,
+    RowLock,
+    Version,
 }
 
 impl Strategy {
+    const ALL: [Strategy; 12] = [
+        Strategy::None,
+        Strategy::InProcess,
+        Strategy::TableLock,
+        Strategy::Redis,
+        Strategy::RedisSpin,
+        Strategy::ZooKeeper,
+        Strategy::PgPessimistic,
+        Strategy::PgOptimistic,
+        Strategy::PgAdvisory,
+        Strategy::MySqlPessimistic,
+        Strategy::MySqlOptimistic,
+        Strategy::MySqlNamed,
+    ];
+
     fn parse(name: &str) -> CliResult<Self> {
-        match name {
-            "none" => Ok(Strategy::None),
-            "in-process" => Ok(Strategy::InProcess),
-            "table-lock" => Ok(Strategy::TableLock),
-            "redis" => Ok(Strategy::Redis),
-            "redis-spin" => Ok(Strategy::RedisSpin),
-            "zookeeper" => Ok(Strategy::ZooKeeper),
-            _ => {
-                let known: Vec<&str> = STRATEGIES.iter().map(|(name, _)| *name).collect();
-                Err(Failure::usage(format!(
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.name() == name)
+            .ok_or_else(|| {
+                Failure::usage(format!(
                     "unknown strategy {name:?}; choose from {}",
-                    known.join(", ")
-                )))
-            }
-        }
+                    STRATEGIES
+                        .iter()
+                        .map(|(name, _)| *name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
     }
 
     fn name(self) -> &'static str {
@@ -63,6 +127,34 @@ impl Strategy {
             Strategy::Redis => "redis",
             Strategy::RedisSpin => "redis-spin",
             Strategy::ZooKeeper => "zookeeper",
+            Strategy::PgPessimistic => "pg-pessimistic",
+            Strategy::PgOptimistic => "pg-optimistic",
+            Strategy::PgAdvisory => "pg-advisory",
+            Strategy::MySqlPessimistic => "mysql-pessimistic",
+            Strategy::MySqlOptimistic => "mysql-optimistic",
+            Strategy::MySqlNamed => "mysql-named",
+        }
+    }
+
+    fn database(self) -> Database {
+        match self {
+            Strategy::PgPessimistic | Strategy::PgOptimistic | Strategy::PgAdvisory => {
+                Database::Postgres
+            }
+            Strategy::MySqlPessimistic | Strategy::MySqlOptimistic | Strategy::MySqlNamed => {
+                Database::MySql
+            }
+            _ => Database::Sqlite,
+        }
+    }
+
+    fn protection(self) -> Protection {
+        match self {
+            Strategy::None => Protection::Nothing,
+            Strategy::InProcess => Protection::ProcessMutex,
+            Strategy::PgPessimistic | Strategy::MySqlPessimistic => Protection::RowLock,
+            Strategy::PgOptimistic | Strategy::MySqlOptimistic => Protection::Version,
+            _ => Protection::Lock,
         }
     }
 }
@@ -83,12 +175,21 @@ pub struct WorkerArgs {
     tasks: u32,
     #[arg(long)]
     hold_ms: u64,
+    /// The PostgreSQL or MySQL database of a database strategy's stock.
+    #[arg(long)]
+    store_url: Option<String>,
+    /// The item whose stock this run sells.
+    #[arg(long, default_value = ITEM)]
+    item: String,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct WorkerReport {
     accepted: u64,
     refused: u64,
+    /// Orders given up after every optimistic attempt lost its race.
+    #[serde(default)]
+    gave_up: u64,
     errors: u64,
     first_error: Option<String>,
 }
@@ -100,7 +201,10 @@ struct Outcome {
     description: &'static str,
     orders: u64,
     accepted: u64,
+    /// Refused for lack of stock.
     refused: u64,
+    /// Refused after every optimistic attempt lost its race (stock was left).
+    gave_up: u64,
     errors: u64,
     initial_stock: u64,
     final_stock: i64,
@@ -129,7 +233,23 @@ fn lock_url(strategy: Strategy, db: &Path, args: &DemoArgs) -> Option<String> {
         Strategy::Redis => Some(args.redis.clone()),
         Strategy::RedisSpin => Some(spin_url(&args.redis)),
         Strategy::ZooKeeper => Some(args.zookeeper.clone()),
-        Strategy::None | Strategy::InProcess => None,
+        Strategy::PgAdvisory => Some(args.postgres.clone()),
+        Strategy::MySqlNamed => Some(args.mysql.clone()),
+        Strategy::None
+        | Strategy::InProcess
+        | Strategy::PgPessimistic
+        | Strategy::PgOptimistic
+        | Strategy::MySqlPessimistic
+        | Strategy::MySqlOptimistic => None,
+    }
+}
+
+/// The database of a strategy that keeps its stock in PostgreSQL or MySQL.
+fn store_url(strategy: Strategy, args: &DemoArgs) -> Option<String> {
+    match strategy.database() {
+        Database::Sqlite => None,
+        Database::Postgres => Some(args.postgres.clone()),
+        Database::MySql => Some(args.mysql.clone()),
     }
 }
 
@@ -158,16 +278,112 @@ async fn check_backend(url: &str) -> Result<(), String> {
     }
 }
 
+/// The stock a strategy sells from: the SQLite file, or a PostgreSQL/MySQL table.
+#[derive(Clone)]
+enum Stock {
+    Sqlite(Store),
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    Sql(SqlStore),
+}
+
+impl Stock {
+    /// The stock of `strategy`: the SQLite file at `db`, or this run's row in its database.
+    async fn open(
+        db: &Path,
+        store_url: Option<&str>,
+        item: &str,
+        connections: u32,
+    ) -> CliResult<Self> {
+        match store_url {
+            None => Ok(Stock::Sqlite(Store::open(db)?)),
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            Some(url) => Ok(Stock::Sql(SqlStore::open(url, item, connections).await?)),
+            #[cfg(not(any(feature = "postgres", feature = "mysql")))]
+            Some(url) => {
+                let _ = (item, connections);
+                Err(Failure::usage(format!(
+                    "{url}: this distlock was built without the postgres and mysql features"
+                )))
+            }
+        }
+    }
+
+    async fn set(&self, quantity: i64) -> CliResult {
+        match self {
+            Stock::Sqlite(store) => store.set(quantity).await,
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            Stock::Sql(store) => store.set(quantity).await,
+        }
+    }
+
+    async fn read(&self) -> CliResult<i64> {
+        match self {
+            Stock::Sqlite(store) => store.read().await,
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            Stock::Sql(store) => store.read().await,
+        }
+    }
+
+    async fn remove(&self) -> CliResult {
+        match self {
+            Stock::Sqlite(_) => Ok(()),
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            Stock::Sql(store) => store.remove().await,
+        }
+    }
+
+    /// One purchase of one unit under `protection` (a lock around it is the caller's).
+    async fn buy(&self, protection: Protection, hold: Duration) -> CliResult<Bought> {
+        match self {
+            Stock::Sqlite(store) => match protection {
+                Protection::RowLock | Protection::Version => Err(Failure::usage(
+                    "row locks and version checks need a PostgreSQL or MySQL stock",
+                )),
+                _ => buy(store, hold).await,
+            },
+            #[cfg(any(feature = "postgres", feature = "mysql"))]
+            Stock::Sql(store) => match protection {
+                Protection::RowLock => store.buy_pessimistic(hold).await,
+                Protection::Version => store.buy_optimistic(hold).await,
+                _ => store.buy_plain(hold).await,
+            },
+        }
+    }
+}
+
+/// Checks that a strategy's servers answer, so that a missing one is reported as a reason
+/// instead of failing every worker.
+async fn check_strategy(
+    strategy: Strategy,
+    lock_url: Option<&str>,
+    store_url: Option<&str>,
+) -> Result<(), String> {
+    if let Some(url) = lock_url {
+        check_backend(url).await?;
+    }
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    if let Some(url) = store_url {
+        let opened = tokio::time::timeout(Duration::from_secs(3), SqlStore::check(url)).await;
+        return match opened {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err(format!("{url} did not answer within 3 s")),
+        };
+    }
+    #[cfg(not(any(feature = "postgres", feature = "mysql")))]
+    if store_url.is_some() {
+        return Err(format!(
+            "strategy {} needs the postgres or mysql feature",
+            strategy.name()
+        ));
+    }
+    let _ = strategy;
+    Ok(())
+}
+
 pub async fn run(args: DemoArgs) -> CliResult {
     let strategies = if args.strategies.is_empty() {
-        vec![
-            Strategy::None,
-            Strategy::InProcess,
-            Strategy::TableLock,
-            Strategy::Redis,
-            Strategy::RedisSpin,
-            Strategy::ZooKeeper,
-        ]
+        Strategy::ALL.to_vec()
     } else {
         args.strategies
             .iter()
@@ -184,7 +400,6 @@ pub async fn run(args: DemoArgs) -> CliResult {
             (dir.path().join("demo.db"), Some(dir))
         }
     };
-    let store = Store::open(&db)?;
     if !args.json {
         println!(
             "{} worker processes x {} buyers, {} orders of 1 unit, stock {}, {} ms critical section\n",
@@ -198,11 +413,10 @@ pub async fn run(args: DemoArgs) -> CliResult {
     }
     for strategy in strategies {
         let url = lock_url(strategy, &db, &args);
-        if let Some(url) = &url
-            && let Err(reason) = check_backend(url).await
-        {
+        let store_url = store_url(strategy, &args);
+        if let Err(reason) = check_strategy(strategy, url.as_deref(), store_url.as_deref()).await {
             if !args.json {
-                println!("{:<12} unavailable: {reason}", strategy.name());
+                println!("{:<18} unavailable: {reason}", strategy.name());
             }
             unavailable.push(Unavailable {
                 strategy: strategy.name(),
@@ -211,7 +425,15 @@ pub async fn run(args: DemoArgs) -> CliResult {
             });
             continue;
         }
-        let outcome = run_strategy(&args, &db, &store, strategy, url).await?;
+        // One item per run, so that runs at the same time on one database do not mix.
+        let item = match store_url {
+            Some(_) => format!("{ITEM}-{}-{:08x}", std::process::id(), fastrand::u32(..)),
+            None => ITEM.to_owned(),
+        };
+        let stock = Stock::open(&db, store_url.as_deref(), &item, 2).await?;
+        let outcome = run_strategy(&args, &db, &stock, strategy, url, store_url, &item).await;
+        stock.remove().await?;
+        let outcome = outcome?;
         if !args.json {
             print_row(&outcome);
         }
@@ -230,7 +452,8 @@ pub async fn run(args: DemoArgs) -> CliResult {
         println!("{report}");
     } else {
         println!(
-            "\noversold: units sold beyond the stock. lost updates: sales the stock does not show."
+            "\noversold: units sold beyond the stock. lost updates: sales the stock does not show.\n\
+             gave up: orders refused after {OPTIMISTIC_ATTEMPTS} lost races (optimistic only), with stock left."
         );
     }
     Ok(())
@@ -250,12 +473,14 @@ fn check_db_directory(path: &Path) -> CliResult {
 async fn run_strategy(
     args: &DemoArgs,
     db: &Path,
-    store: &Store,
+    stock: &Stock,
     strategy: Strategy,
     lock_url: Option<String>,
+    store_url: Option<String>,
+    item: &str,
 ) -> CliResult<Outcome> {
     let initial = i64::try_from(args.stock).map_err(Failure::usage)?;
-    store.set(initial).await?;
+    stock.set(initial).await?;
     let workers = u64::from(args.workers);
     let argument_lists = (0..workers)
         .map(|index| {
@@ -272,9 +497,14 @@ async fn run_strategy(
                 args.tasks.to_string(),
                 "--hold-ms".to_owned(),
                 args.hold_ms.to_string(),
+                "--item".to_owned(),
+                item.to_owned(),
             ];
             if let Some(url) = &lock_url {
                 arguments.extend(["--lock-url".to_owned(), url.clone()]);
+            }
+            if let Some(url) = &store_url {
+                arguments.extend(["--store-url".to_owned(), url.clone()]);
             }
             arguments
         })
@@ -282,15 +512,23 @@ async fn run_strategy(
     let mut fleet = Fleet::start(argument_lists).await?;
     let start = Instant::now();
     fleet.go().await?;
-    // Generous: every order serialized, with 50 ms of overhead each.
-    let limit = Duration::from_millis(args.orders.saturating_mul(args.hold_ms + 50))
-        + Duration::from_secs(60);
+    // Generous: every order serialized, with 50 ms of overhead each (optimistic orders may
+    // back off up to 64 ms per attempt).
+    let per_order = args.hold_ms + 50;
+    let per_order = if strategy.protection() == Protection::Version {
+        (args.hold_ms + 70) * u64::from(OPTIMISTIC_ATTEMPTS)
+    } else {
+        per_order
+    };
+    let limit =
+        Duration::from_millis(args.orders.saturating_mul(per_order)) + Duration::from_secs(60);
     let reports: Vec<WorkerReport> = fleet.reports(limit).await?;
     let elapsed = start.elapsed().as_secs_f64();
-    let final_stock = store.read().await?;
+    let final_stock = stock.read().await?;
 
     let accepted: u64 = reports.iter().map(|r| r.accepted).sum();
     let refused: u64 = reports.iter().map(|r| r.refused).sum();
+    let gave_up: u64 = reports.iter().map(|r| r.gave_up).sum();
     let errors: u64 = reports.iter().map(|r| r.errors).sum();
     if let Some(error) = reports.iter().find_map(|r| r.first_error.as_ref()) {
         return Err(Failure::failed(format!(
@@ -310,12 +548,13 @@ async fn run_strategy(
         orders: args.orders,
         accepted,
         refused,
+        gave_up,
         errors,
         initial_stock: args.stock,
         final_stock,
         oversold,
         lost_updates,
-        orders_per_s: (accepted + refused) as f64 / elapsed.max(1e-9),
+        orders_per_s: (accepted + refused + gave_up) as f64 / elapsed.max(1e-9),
         elapsed_s: elapsed,
         exact: oversold == 0 && lost_updates == 0 && final_stock >= 0,
     })
@@ -323,8 +562,15 @@ async fn run_strategy(
 
 fn print_header() {
     println!(
-        "{:<12} {:>7} {:>9} {:>12} {:>9} {:>13} {:>9}  verdict",
-        "strategy", "orders", "accepted", "final stock", "oversold", "lost updates", "orders/s"
+        "{:<18} {:>7} {:>9} {:>8} {:>12} {:>9} {:>13} {:>9}  verdict",
+        "strategy",
+        "orders",
+        "accepted",
+        "gave up",
+        "final stock",
+        "oversold",
+        "lost updates",
+        "orders/s"
     );
 }
 
@@ -337,24 +583,39 @@ fn print_row(o: &Outcome) {
         "LOST UPDATES"
     };
     println!(
-        "{:<12} {:>7} {:>9} {:>12} {:>9} {:>13} {:>9.0}  {verdict}",
-        o.strategy, o.orders, o.accepted, o.final_stock, o.oversold, o.lost_updates, o.orders_per_s
+        "{:<18} {:>7} {:>9} {:>8} {:>12} {:>9} {:>13} {:>9.0}  {verdict}",
+        o.strategy,
+        o.orders,
+        o.accepted,
+        o.gave_up,
+        o.final_stock,
+        o.oversold,
+        o.lost_updates,
+        o.orders_per_s
     );
 }
 
 /// A worker process: buys its share of the orders with `tasks` concurrent buyers.
 pub async fn worker(args: WorkerArgs) -> CliResult {
     let strategy = Strategy::parse(&args.strategy)?;
-    let store = Store::open(&args.db)?;
-    let locks = match (strategy, &args.lock_url) {
-        (Strategy::None | Strategy::InProcess, _) => None,
-        (_, Some(url)) => Some(distlock::connect(url).await?),
-        (_, None) => {
+    let protection = strategy.protection();
+    // Pessimistic buyers each keep a connection for their whole transaction.
+    let stock = Stock::open(
+        &args.db,
+        args.store_url.as_deref(),
+        &args.item,
+        args.tasks + 1,
+    )
+    .await?;
+    let locks = match (protection, &args.lock_url) {
+        (Protection::Lock, Some(url)) => Some(distlock::connect(url).await?),
+        (Protection::Lock, None) => {
             return Err(Failure::usage(format!(
                 "strategy {} needs --lock-url",
                 strategy.name()
             )));
         }
+        _ => None,
     };
     let process_mutex = Arc::new(tokio::sync::Mutex::new(()));
     let remaining = Arc::new(AtomicU64::new(args.orders));
@@ -363,36 +624,39 @@ pub async fn worker(args: WorkerArgs) -> CliResult {
 
     let mut tasks = Vec::new();
     for _ in 0..args.tasks {
-        let store = store.clone();
+        let stock = stock.clone();
         let locks = locks.clone();
         let process_mutex = process_mutex.clone();
         let remaining = remaining.clone();
+        let lock_name = format!("stock/{}", args.item);
         tasks.push(tokio::spawn(async move {
             let mut report = WorkerReport::default();
             let lock = match &locks {
-                Some(locks) => Some(locks.mutex(format!("stock/{ITEM}"))?),
+                Some(locks) => Some(locks.mutex(lock_name)?),
                 None => None,
             };
             while remaining
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
             {
-                let result = match (&lock, strategy) {
-                    (Some(lock), _) => {
+                let result = match &lock {
+                    Some(lock) => {
                         let guard = lock.acquire().await?;
-                        let bought = buy(&store, hold).await;
+                        // The business transaction commits before the lock is released.
+                        let bought = stock.buy(protection, hold).await;
                         guard.release().await?;
                         bought
                     }
-                    (None, Strategy::InProcess) => {
+                    None if protection == Protection::ProcessMutex => {
                         let _guard = process_mutex.lock().await;
-                        buy(&store, hold).await
+                        stock.buy(protection, hold).await
                     }
-                    (None, _) => buy(&store, hold).await,
+                    None => stock.buy(protection, hold).await,
                 };
                 match result {
-                    Ok(true) => report.accepted += 1,
-                    Ok(false) => report.refused += 1,
+                    Ok(Bought::Accepted) => report.accepted += 1,
+                    Ok(Bought::Refused) => report.refused += 1,
+                    Ok(Bought::GaveUp) => report.gave_up += 1,
                     Err(error) => {
                         report.errors += 1;
                         report.first_error.get_or_insert_with(|| error.to_string());
@@ -419,6 +683,7 @@ pub async fn worker(args: WorkerArgs) -> CliResult {
         };
         total.accepted += report.accepted;
         total.refused += report.refused;
+        total.gave_up += report.gave_up;
         total.errors += report.errors;
         if total.first_error.is_none() {
             total.first_error = report.first_error;
@@ -427,14 +692,14 @@ pub async fn worker(args: WorkerArgs) -> CliResult {
     workers::report(&total)
 }
 
-/// One purchase of one unit: read, spend the critical section, write back what was read
-/// minus one. True when the order was accepted.
-async fn buy(store: &Store, hold: Duration) -> CliResult<bool> {
+/// One purchase of one unit from the SQLite stock: read, spend the critical section, write
+/// back what was read minus one.
+async fn buy(store: &Store, hold: Duration) -> CliResult<Bought> {
     let quantity = store.read().await?;
     tokio::time::sleep(hold).await;
     if quantity < 1 {
-        return Ok(false);
+        return Ok(Bought::Refused);
     }
     store.write(quantity - 1).await?;
-    Ok(true)
+    Ok(Bought::Accepted)
 }

@@ -11,6 +11,8 @@ mod failure;
 mod herd;
 mod operator;
 mod progress;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod sql_store;
 mod store;
 mod workers;
 

@@ -13,6 +13,20 @@ use crate::failure::{CliResult, Failure};
 
 pub const ITEM: &str = "iphone";
 
+/// How many times an optimistic buyer tries before it gives up.
+pub const OPTIMISTIC_ATTEMPTS: u32 = 10;
+
+/// What one purchase came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bought {
+    Accepted,
+    /// Out of stock.
+    Refused,
+    /// Optimistic only: every attempt lost its race.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    GaveUp,
+}
+
 #[derive(Clone)]
 pub struct Store {
     connection: Arc<Mutex<Connection>>,

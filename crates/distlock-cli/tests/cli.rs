@@ -114,6 +114,88 @@ fn demo_lists_a_strategy_whose_server_is_missing_as_unavailable() {
     );
 }
 
+/// The database-native strategies keep their stock in PostgreSQL and MariaDB: row locks,
+/// version checks and session locks around a committed transaction all sell exactly the
+/// stock; an optimistic buyer may give up, and that order is neither sold nor lost.
+#[test]
+fn demo_database_strategies_are_exact() {
+    let mut args = vec![
+        "demo",
+        "--json",
+        "--stock",
+        "20",
+        "--orders",
+        "60",
+        "--workers",
+        "2",
+    ];
+    let strategies = [
+        "pg-pessimistic",
+        "pg-optimistic",
+        "pg-advisory",
+        "mysql-pessimistic",
+        "mysql-optimistic",
+        "mysql-named",
+    ];
+    for strategy in strategies {
+        args.extend(["--strategy", strategy]);
+    }
+    let postgres = postgres_url();
+    let mysql = mysql_url();
+    args.extend(["--postgres", &postgres, "--mysql", &mysql]);
+    let report = stdout_json(&distlock(&args));
+    assert!(
+        report["unavailable"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    let results = report["results"].as_array().unwrap();
+    assert_eq!(results.len(), strategies.len(), "{report}");
+    for r in results {
+        assert_eq!(r["exact"], true, "{r}");
+        assert_eq!(r["errors"], 0, "{r}");
+        let accepted = r["accepted"].as_u64().unwrap();
+        let refused = r["refused"].as_u64().unwrap();
+        let gave_up = r["gave_up"].as_u64().unwrap();
+        let remaining = r["final_stock"].as_i64().unwrap();
+        assert_eq!(accepted as i64 + remaining, 20, "{r}");
+        assert_eq!(accepted + refused + gave_up, 60, "{r}");
+        if r["strategy"].as_str().unwrap().ends_with("optimistic") {
+            assert!(accepted > 0, "{r}");
+        } else {
+            assert_eq!((accepted, gave_up), (20, 0), "{r}");
+        }
+    }
+}
+
+/// A database strategy whose server does not answer is listed with the reason.
+#[test]
+fn demo_lists_a_missing_database_as_unavailable() {
+    let output = distlock(&[
+        "demo",
+        "--json",
+        "--strategy",
+        "mysql-pessimistic",
+        "--strategy",
+        "pg-optimistic",
+        "--mysql",
+        "mysql://root@127.0.0.1:1/test",
+        "--postgres",
+        "postgres://postgres@127.0.0.1:1/test",
+        "--orders",
+        "10",
+    ]);
+    let report = stdout_json(&output);
+    assert!(report["results"].as_array().unwrap().is_empty(), "{report}");
+    let unavailable = report["unavailable"].as_array().unwrap();
+    assert_eq!(unavailable.len(), 2, "{report}");
+    for entry in unavailable {
+        assert!(
+            entry["reason"].as_str().unwrap().contains("refused"),
+            "{report}"
+        );
+    }
+}
+
 #[test]
 fn demo_runs_one_strategy_on_a_given_db() {
     let dir = tempfile::tempdir().unwrap();
@@ -272,6 +354,14 @@ cross_process_suite! {
     redis_cluster => (redis_cluster_url(), ());
     postgres_advisory => (postgres_url(), ());
     postgres_table => (format!("{}?mode=table", postgres_url()), ());
+    mysql_named => (mysql_url(), ());
+    mysql_table => (format!("{}?mode=table", mysql_url()), ());
+}
+
+/// The MariaDB database `scripts/test` makes sure of (`DISTLOCK_MYSQL_URL` overrides).
+fn mysql_url() -> String {
+    std::env::var("DISTLOCK_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
 }
 
 /// The PostgreSQL database `scripts/test` makes sure of (`DISTLOCK_POSTGRES_URL` overrides).
