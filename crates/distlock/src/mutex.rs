@@ -630,8 +630,6 @@ impl Guard {
                     .mark_lost(&state.name, "the lock was free at release");
                 Err(state.lost_error())
             }
-            // The guard already announced the loss: another holder since is that loss.
-            Released::HeldByOther if state.grant.lost_reason().is_some() => Err(state.lost_error()),
             Released::HeldByOther => {
                 state
                     .grant

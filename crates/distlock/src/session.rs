@@ -125,6 +125,9 @@ struct State<D: Dialect> {
     pending: HashSet<LockName>,
     /// Locks to unlock in the background (lease ended, abandoned grant).
     unlock: Vec<(Arc<LockConn<D>>, D::Key)>,
+    /// Names whose lease ended and which the reaper is unlocking right now: still held by
+    /// our connection on the server, but no longer by their owner.
+    ending: HashSet<LockName>,
 }
 
 impl<D: Dialect> Default for State<D> {
@@ -133,6 +136,7 @@ impl<D: Dialect> Default for State<D> {
             held: HashMap::new(),
             pending: HashSet::new(),
             unlock: Vec::new(),
+            ending: HashSet::new(),
         }
     }
 }
@@ -321,6 +325,7 @@ async fn reap<D: Dialect>(shared: Weak<Shared<D>>, wake: Arc<Notify>) {
                 if let Some(held) = state.held.remove(&name) {
                     tracing::debug!(lock = %name, "the lease ended; unlocking");
                     state.unlock.push((held.conn, held.key));
+                    state.ending.insert(name);
                 }
             }
             let next = state.held.values().map(|held| held.expires_at).min();
@@ -333,6 +338,7 @@ async fn reap<D: Dialect>(shared: Weak<Shared<D>>, wake: Arc<Notify>) {
             }
             strong.after_unlock(conn, unlocked.is_ok()).await;
         }
+        strong.state().ending.clear();
         drop(strong);
         tokio::select! {
             _ = notified => {}
@@ -455,6 +461,10 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             }
         };
         let Some(held) = taken else {
+            if shared.state().ending.contains(name) {
+                // Its lease ended; the reaper is unlocking it.
+                return Ok(Released::NotHeld);
+            }
             return Ok(if shared.is_locked(name).await? {
                 Released::HeldByOther
             } else {
@@ -479,6 +489,9 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             }
             shared.reaper.notify_one();
             return Ok(Extended::Extended);
+        }
+        if shared.state().ending.contains(name) {
+            return Ok(Extended::NotHeld);
         }
         let other = shared.state().held.contains_key(name) || shared.is_locked(name).await?;
         Ok(if other {

@@ -52,7 +52,7 @@
 
 mod url;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
@@ -170,6 +170,9 @@ struct State {
     /// Nodes to delete in the background: abandoned by a waiter, left by a failed release, or
     /// at the end of their lease.
     orphans: Vec<Orphan>,
+    /// Locks whose lease ended and whose nodes the reaper is deleting right now: their node
+    /// may still exist, but their owner no longer holds them.
+    ending: HashSet<(LockName, Owner)>,
 }
 
 struct Held {
@@ -862,6 +865,10 @@ impl Backend for ZooKeeperBackend {
             .held(&key)
             .map(|held| (held.path.clone(), held.token, held.holds))
         else {
+            if shared.state().ending.contains(&key) {
+                // Its lease ended; the reaper is deleting its node.
+                return Ok(Released::NotHeld);
+            }
             return Ok(shared.not_ours(name).await?.0);
         };
         let naive_token = shared.url.naive.then_some(token);
@@ -909,6 +916,9 @@ impl Backend for ZooKeeperBackend {
             .held(&key)
             .map(|held| (held.path.clone(), held.token))
         else {
+            if shared.state().ending.contains(&key) {
+                return Ok(Extended::NotHeld);
+            }
             return Ok(shared.not_ours(name).await?.1);
         };
         let start = Instant::now();
@@ -1201,6 +1211,7 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
             for key in expired {
                 if let Some(held) = state.held.remove(&key) {
                     tracing::debug!(lock = %key.0, "the lease ended; deleting the node");
+                    state.ending.insert(key.clone());
                     let token = strong.url.naive.then_some(held.token);
                     state.orphans.push(Orphan {
                         path: held.path,
@@ -1236,6 +1247,7 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
                 retry_at = Some(Instant::now() + Duration::from_millis(200));
             }
         }
+        strong.state().ending.clear();
         drop(strong);
         let wake_at = [next_expiry, retry_at].into_iter().flatten().min();
         tokio::select! {
