@@ -61,11 +61,25 @@ pub enum Error {
 
     /// The URL names a backend that is planned but not part of this release.
     #[error(
-        "the {scheme}:// backend is not in this release yet; available now: memory://, sqlite://, redis://, rediss://, redis+spin://, redis+sentinel://, redis+cluster://, zk://, zk+naive://, postgres://"
+        "the {scheme}:// backend is not in this release yet; available now: memory://, sqlite://, redis://, rediss://, redis+spin://, redis+sentinel://, redis+cluster://, zk://, zk+naive://, postgres://, mysql://, mariadb://"
     )]
     NotYetAvailable {
         /// The URL scheme.
         scheme: String,
+    },
+
+    /// A store refused a write made under a lock, because a newer holder of that lock has
+    /// written since (MISSION §8): this writer's lease had run out. Nothing was changed.
+    #[error(
+        "the write to {item:?} under fencing token {token} was refused: the store has accepted token {accepted} since; the lock was lost before the write"
+    )]
+    Fenced {
+        /// The item (or segment) written.
+        item: String,
+        /// The refused writer's token.
+        token: u64,
+        /// The newest token the store has accepted for the item.
+        accepted: u64,
     },
 
     /// Bad input from the caller: a lock name, a duration, a URL. Says what was wrong and what
@@ -100,6 +114,11 @@ impl Error {
     /// True when a held lock was lost ([`Error::LockLost`]).
     pub fn is_lock_lost(&self) -> bool {
         matches!(self, Error::LockLost { .. })
+    }
+
+    /// True when a store refused a stale holder's write ([`Error::Fenced`]).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Fenced { .. })
     }
 
     /// True when the caller is not the lock's owner ([`Error::NotOwner`]).

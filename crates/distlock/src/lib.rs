@@ -102,6 +102,7 @@ pub mod redis;
 mod session;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+pub mod stock;
 mod wake;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;

@@ -1,0 +1,180 @@
+//! Stock in Redis: one hash per item, `distlock:stock:{<item>}` with fields `quantity` and
+//! `fence` (the newest fencing token seen). Each operation is one Lua script, so it is atomic
+//! against every other client of the server.
+
+use async_trait::async_trait;
+use redis::Script;
+use redis::aio::MultiplexedConnection;
+
+use super::{StockStore, Taken, fenced, missing_item};
+use crate::error::{Error, Result};
+
+const SCHEME: &str = "redis";
+
+/// `{1, quantity}` after raising the fence to the token, `{0, fence}` when a newer token was
+/// seen, `{-1}` when there is no such item.
+const READ_FENCED: &str = r"
+if redis.call('exists', KEYS[1]) == 0 then return {-1} end
+local fence = tonumber(redis.call('hget', KEYS[1], 'fence'))
+local token = tonumber(ARGV[1])
+if token < fence then return {0, fence} end
+redis.call('hset', KEYS[1], 'fence', ARGV[1])
+return {1, tonumber(redis.call('hget', KEYS[1], 'quantity'))}";
+
+/// As `READ_FENCED`, writing the quantity (ARGV[2]) instead of reading it.
+const WRITE_FENCED: &str = r"
+if redis.call('exists', KEYS[1]) == 0 then return {-1} end
+local fence = tonumber(redis.call('hget', KEYS[1], 'fence'))
+local token = tonumber(ARGV[1])
+if token < fence then return {0, fence} end
+redis.call('hset', KEYS[1], 'fence', ARGV[1], 'quantity', ARGV[2])
+return {1, 0}";
+
+/// `{1, remaining}` after taking ARGV[1] units, `{0, available}` when there are not enough,
+/// `{-1}` when there is no such item. The lock-free ceiling: check and decrement in one call.
+const TAKE: &str = r"
+local quantity = tonumber(redis.call('hget', KEYS[1], 'quantity'))
+if quantity == nil then return {-1} end
+local n = tonumber(ARGV[1])
+if quantity < n then return {0, quantity} end
+return {1, redis.call('hincrby', KEYS[1], 'quantity', -n)}";
+
+/// `{1, total}` after adding ARGV[1], `{-1}` when there is no such item.
+const ADD: &str = r"
+if redis.call('exists', KEYS[1]) == 0 then return {-1} end
+return {1, redis.call('hincrby', KEYS[1], 'quantity', ARGV[1])}";
+
+/// Stock in a Redis server (standalone `redis://` URL).
+#[derive(Clone)]
+pub struct RedisStockStore {
+    connection: MultiplexedConnection,
+}
+
+impl std::fmt::Debug for RedisStockStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStockStore").finish_non_exhaustive()
+    }
+}
+
+fn redis_error(operation: &'static str) -> impl FnOnce(redis::RedisError) -> Error {
+    move |e| Error::backend(SCHEME, operation, e)
+}
+
+fn key(item: &str) -> String {
+    // The braces make the item the hash tag, so an item's key has one slot on a Cluster.
+    format!("distlock:stock:{{{item}}}")
+}
+
+impl RedisStockStore {
+    /// Connects to the server a `redis://` URL names.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a malformed URL; [`Error::Backend`] when the server cannot
+    /// be reached.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let client = redis::Client::open(url).map_err(|e| {
+            Error::invalid(
+                "URL",
+                format!("{url:?}: {e}; write redis://[user:password@]host[:port][/db]"),
+            )
+        })?;
+        let connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(redis_error("connect"))?;
+        Ok(RedisStockStore { connection })
+    }
+
+    /// Runs one of the scripts: its status (1, 0 or -1) and value.
+    async fn run(
+        &self,
+        script: &str,
+        item: &str,
+        args: &[u64],
+        operation: &'static str,
+    ) -> Result<(i64, i64)> {
+        let script = Script::new(script);
+        let mut invocation = script.key(key(item));
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let reply: Vec<i64> = invocation
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(redis_error(operation))?;
+        Ok((
+            reply.first().copied().unwrap_or(-1),
+            reply.get(1).copied().unwrap_or(0),
+        ))
+    }
+}
+
+fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+#[async_trait]
+impl StockStore for RedisStockStore {
+    async fn set(&self, item: &str, quantity: u64) -> Result<()> {
+        redis::cmd("HSET")
+            .arg(key(item))
+            .arg("quantity")
+            .arg(quantity)
+            .arg("fence")
+            .arg(0)
+            .exec_async(&mut self.connection.clone())
+            .await
+            .map_err(redis_error("set the stock"))
+    }
+
+    async fn quantity(&self, item: &str) -> Result<u64> {
+        let quantity: Option<i64> = redis::cmd("HGET")
+            .arg(key(item))
+            .arg("quantity")
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(redis_error("read the stock"))?;
+        quantity.map(to_u64).ok_or_else(|| missing_item(item))
+    }
+
+    async fn read_fenced(&self, item: &str, token: u64) -> Result<u64> {
+        match self
+            .run(READ_FENCED, item, &[token], "read the stock")
+            .await?
+        {
+            (1, quantity) => Ok(to_u64(quantity)),
+            (0, newest) => Err(fenced(item, token, to_u64(newest))),
+            _ => Err(missing_item(item)),
+        }
+    }
+
+    async fn write_fenced(&self, item: &str, quantity: u64, token: u64) -> Result<()> {
+        match self
+            .run(WRITE_FENCED, item, &[token, quantity], "write the stock")
+            .await?
+        {
+            (1, _) => Ok(()),
+            (0, newest) => Err(fenced(item, token, to_u64(newest))),
+            _ => Err(missing_item(item)),
+        }
+    }
+
+    async fn take_atomic(&self, item: &str, n: u64) -> Result<Taken> {
+        match self.run(TAKE, item, &[n], "take stock").await? {
+            (1, remaining) => Ok(Taken::Taken {
+                remaining: to_u64(remaining),
+            }),
+            (0, available) => Ok(Taken::SoldOut {
+                available: to_u64(available),
+            }),
+            _ => Err(missing_item(item)),
+        }
+    }
+
+    async fn add_atomic(&self, item: &str, n: u64) -> Result<u64> {
+        match self.run(ADD, item, &[n], "restock").await? {
+            (1, total) => Ok(to_u64(total)),
+            _ => Err(missing_item(item)),
+        }
+    }
+}

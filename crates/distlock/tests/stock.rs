@@ -1,0 +1,243 @@
+//! The stock module's invariants on real stores: SQLite files and the Redis server that
+//! `scripts/test` makes sure of. Orders come from several clients at once (each client is what
+//! one process would have).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::stock::{RedisStockStore, SqliteStockStore, Stock, StockStore, Taken};
+
+fn redis_url() -> String {
+    let url =
+        std::env::var("DISTLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let address = url
+        .trim_start_matches("redis://")
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default()
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    if std::net::TcpStream::connect(&address).is_err() {
+        panic!("Redis is not reachable at {address}; start it with scripts/test");
+    }
+    url
+}
+
+fn item(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// How each strategy under test makes one client's view of an item.
+#[derive(Clone, Copy, Debug)]
+enum Strategy {
+    SqliteTableLock,
+    RedisLock,
+    RedisSpinLock,
+    SqliteAtomic,
+    RedisAtomic,
+}
+
+const ALL: [Strategy; 5] = [
+    Strategy::SqliteTableLock,
+    Strategy::RedisLock,
+    Strategy::RedisSpinLock,
+    Strategy::SqliteAtomic,
+    Strategy::RedisAtomic,
+];
+
+/// `clients` views of one item, each with its own lock client and store connection.
+async fn views(
+    strategy: Strategy,
+    dir: &std::path::Path,
+    item: &str,
+    clients: usize,
+) -> Vec<Stock> {
+    let locks_db = format!("sqlite://{}", dir.join("locks.db").display());
+    let stock_db = dir.join("stock.db");
+    let mut out = Vec::new();
+    for _ in 0..clients {
+        let store: Arc<dyn StockStore> = match strategy {
+            Strategy::SqliteTableLock | Strategy::SqliteAtomic => {
+                Arc::new(SqliteStockStore::open(&stock_db).unwrap())
+            }
+            _ => Arc::new(RedisStockStore::connect(&redis_url()).await.unwrap()),
+        };
+        let stock = match strategy {
+            Strategy::SqliteTableLock => {
+                let locks = distlock::connect(&locks_db).await.unwrap();
+                Stock::locked(store, &locks, item).unwrap()
+            }
+            Strategy::RedisLock => {
+                let locks = distlock::connect(&redis_url()).await.unwrap();
+                Stock::locked(store, &locks, item).unwrap()
+            }
+            Strategy::RedisSpinLock => {
+                let url = redis_url().replacen("redis://", "redis+spin://", 1);
+                let locks = distlock::connect(&url).await.unwrap();
+                Stock::locked(store, &locks, item).unwrap()
+            }
+            Strategy::SqliteAtomic | Strategy::RedisAtomic => Stock::atomic(store, item).unwrap(),
+        };
+        out.push(stock);
+    }
+    out
+}
+
+/// Stock 100, 100 concurrent orders of 1 from 4 clients: exactly 0 left, 100 sold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hundred_orders_of_one_empty_a_stock_of_hundred_exactly() {
+    for strategy in ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let item = item("hundred");
+        let views = views(strategy, dir.path(), &item, 4).await;
+        views[0].create(100).await.unwrap();
+        let mut orders = Vec::new();
+        for i in 0..100 {
+            let stock = views[i % views.len()].clone();
+            orders.push(tokio::spawn(async move { stock.take(1).await }));
+        }
+        let mut sold = 0;
+        for order in orders {
+            match order.await.unwrap().unwrap() {
+                Taken::Taken { .. } => sold += 1,
+                Taken::SoldOut { available } => panic!("{strategy:?}: sold out at {available}"),
+            }
+        }
+        assert_eq!(sold, 100, "{strategy:?}");
+        assert_eq!(views[0].available().await.unwrap(), 0, "{strategy:?}");
+        // One more order finds nothing, and takes nothing.
+        assert_eq!(
+            views[1].take(1).await.unwrap(),
+            Taken::SoldOut { available: 0 },
+            "{strategy:?}"
+        );
+    }
+}
+
+/// Stock 12, two buyers of 10 at the same moment: one is served, 2 are left, never -8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_buyers_of_ten_on_twelve_leave_two() {
+    for strategy in ALL {
+        let dir = tempfile::tempdir().unwrap();
+        let item = item("twelve");
+        let views = views(strategy, dir.path(), &item, 2).await;
+        views[0].create(12).await.unwrap();
+        let start = Arc::new(tokio::sync::Barrier::new(2));
+        let buyers: Vec<_> = views
+            .iter()
+            .cloned()
+            .map(|stock| {
+                let start = start.clone();
+                tokio::spawn(async move {
+                    start.wait().await;
+                    stock.take(10).await.unwrap()
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for buyer in buyers {
+            answers.push(buyer.await.unwrap());
+        }
+        answers.sort_by_key(|a| !a.is_taken());
+        assert_eq!(
+            answers,
+            vec![
+                Taken::Taken { remaining: 2 },
+                Taken::SoldOut { available: 2 }
+            ],
+            "{strategy:?}"
+        );
+        assert_eq!(views[0].available().await.unwrap(), 2, "{strategy:?}");
+    }
+}
+
+/// A holder pauses past its lease; another takes the lock and sells; the stale holder's
+/// write is refused and the stock stays exact. On each lock backend under test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_holders_write_is_refused_by_its_fencing_token() {
+    for lock_url in [
+        "sqlite".to_owned(),
+        redis_url(),
+        redis_url().replacen("redis://", "redis+spin://", 1),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let lock_url = if lock_url == "sqlite" {
+            format!("sqlite://{}", dir.path().join("locks.db").display())
+        } else {
+            lock_url
+        };
+        let store: Arc<dyn StockStore> = if lock_url.starts_with("sqlite") {
+            Arc::new(SqliteStockStore::open(dir.path().join("stock.db")).unwrap())
+        } else {
+            Arc::new(RedisStockStore::connect(&redis_url()).await.unwrap())
+        };
+        let item = item("fenced");
+        let stale_locks = distlock::connect(&lock_url).await.unwrap();
+        let fresh_locks = distlock::connect(&lock_url).await.unwrap();
+        let fresh = Stock::locked(store.clone(), &fresh_locks, &item).unwrap();
+        fresh.create(10).await.unwrap();
+
+        // The stale holder: a 300 ms fixed lease, a read, then a pause past the lease.
+        let guard = stale_locks
+            .mutex(format!("stock/{item}"))
+            .unwrap()
+            .acquire_with(distlock::AcquireOptions::new().lease(Duration::from_millis(300)))
+            .await
+            .unwrap();
+        let stale_token = guard.fencing_token();
+        let read = store.read_fenced(&item, stale_token).await.unwrap();
+        assert_eq!(read, 10);
+        let _ = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
+
+        // Meanwhile the lock was free again: another order is served.
+        assert_eq!(
+            fresh.take(3).await.unwrap(),
+            Taken::Taken { remaining: 7 },
+            "{lock_url}"
+        );
+        // The stale holder resumes and writes what it read minus one: refused.
+        let err = store
+            .write_fenced(&item, read - 1, stale_token)
+            .await
+            .expect_err("the stale write was accepted");
+        assert!(err.is_fenced(), "{lock_url}: {err}");
+        assert_eq!(fresh.available().await.unwrap(), 7, "{lock_url}");
+        // And a stale read is refused too.
+        assert!(
+            store
+                .read_fenced(&item, stale_token)
+                .await
+                .unwrap_err()
+                .is_fenced()
+        );
+    }
+}
+
+/// Bad input gets typed errors, not panics.
+#[tokio::test]
+async fn bad_orders_are_refused_with_typed_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn StockStore> =
+        Arc::new(SqliteStockStore::open(dir.path().join("stock.db")).unwrap());
+    let stock = Stock::atomic(store.clone(), "pen").unwrap();
+    assert!(
+        stock.take(1).await.unwrap_err().is_invalid_input(),
+        "item never created"
+    );
+    stock.create(5).await.unwrap();
+    assert!(stock.take(0).await.unwrap_err().is_invalid_input());
+    assert!(
+        Stock::atomic(store.clone(), "")
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    assert!(
+        SqliteStockStore::open("/no/such/dir/stock.db")
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    assert_eq!(stock.restock(3).await.unwrap(), 8);
+    assert_eq!(stock.take(8).await.unwrap(), Taken::Taken { remaining: 0 });
+}
