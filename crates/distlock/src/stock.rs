@@ -285,3 +285,303 @@ pub(crate) fn fenced(item: &str, token: u64, accepted: u64) -> Error {
         accepted,
     }
 }
+
+/// Most segments one item may be split into.
+pub const MAX_SEGMENTS: u32 = 1000;
+
+/// The answer to an order on a [`SegmentedStock`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentedTaken {
+    /// The units were taken, from this many segments (1 unless no single segment had enough).
+    Taken {
+        /// Segments the order took from.
+        segments: u32,
+    },
+    /// The item's total was short: nothing was taken.
+    SoldOut {
+        /// Units in all segments together when the order looked.
+        available: u64,
+    },
+}
+
+impl SegmentedTaken {
+    /// True when the order was served.
+    pub fn is_taken(&self) -> bool {
+        matches!(self, SegmentedTaken::Taken { .. })
+    }
+}
+
+/// One item's stock split into segments, each with its own lock (MISSION §10), so that orders
+/// for a hot item proceed in parallel: with N segments, up to N orders hold a lock at once.
+///
+/// * An order starts at a random segment, takes from it if it has enough, and otherwise moves
+///   on to the next, until every segment was tried.
+/// * An order no single segment can serve locks **all** segments, always in index order (so
+///   two such orders cannot deadlock), reads the true total, and takes from several segments
+///   or answers sold out. Sold out is answered only when the total is really short.
+///
+/// What it costs: the segments drain unevenly (an order for 1 can find its first segments
+/// empty and walks on), a multi-segment order waits for every segment's lock, and
+/// [`SegmentedStock::available`] reads every segment. Segmenting pays when one item's orders
+/// queue on its lock, that is when orders/s × critical section approaches 1.
+///
+/// Segment `i` of item `x` is the store item `x#i`, locked by `stock/x#i`.
+#[derive(Debug, Clone)]
+pub struct SegmentedStock {
+    item: String,
+    segments: Vec<Stock>,
+}
+
+fn check_segments(segments: u32) -> Result<()> {
+    if segments == 0 || segments > MAX_SEGMENTS {
+        return Err(Error::invalid(
+            "segments",
+            format!("an item has 1 to {MAX_SEGMENTS} segments, not {segments}"),
+        ));
+    }
+    Ok(())
+}
+
+impl SegmentedStock {
+    /// Segments locked with `locks` (any backend).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad item name or segment count.
+    pub fn locked(
+        store: Arc<dyn StockStore>,
+        locks: &Locks,
+        item: &str,
+        segments: u32,
+    ) -> Result<Self> {
+        check_item(item)?;
+        check_segments(segments)?;
+        Ok(SegmentedStock {
+            item: item.to_owned(),
+            segments: (0..segments)
+                .map(|i| Stock::locked(store.clone(), locks, &format!("{item}#{i}")))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// Segments taken from in one atomic store step each, without locks. A multi-segment
+    /// order takes segment by segment and puts back what it took when the total is short,
+    /// so others may briefly see less stock than there is (never more).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad item name or segment count.
+    pub fn atomic(store: Arc<dyn StockStore>, item: &str, segments: u32) -> Result<Self> {
+        check_item(item)?;
+        check_segments(segments)?;
+        Ok(SegmentedStock {
+            item: item.to_owned(),
+            segments: (0..segments)
+                .map(|i| Stock::atomic(store.clone(), &format!("{item}#{i}")))
+                .collect::<Result<_>>()?,
+        })
+    }
+
+    /// How long an order waits for each lock.
+    #[must_use]
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.segments = self
+            .segments
+            .into_iter()
+            .map(|segment| segment.wait(wait))
+            .collect();
+        self
+    }
+
+    /// The item's name.
+    pub fn item(&self) -> &str {
+        &self.item
+    }
+
+    /// How many segments.
+    pub fn segments(&self) -> u32 {
+        u32::try_from(self.segments.len()).unwrap_or(MAX_SEGMENTS)
+    }
+
+    /// Sets the total, split as evenly as it goes (the first `total % segments` segments get
+    /// one more unit).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the store fails.
+    pub async fn create(&self, total: u64) -> Result<()> {
+        let n = self.segments.len() as u64;
+        for (i, segment) in self.segments.iter().enumerate() {
+            let share = total / n + u64::from((i as u64) < total % n);
+            self.segment_store(segment)
+                .set(&segment.item, share)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Units in all segments together.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when the item was never created; [`Error::Backend`].
+    pub async fn available(&self) -> Result<u64> {
+        let mut total = 0u64;
+        for segment in &self.segments {
+            total = total.saturating_add(segment.available().await?);
+        }
+        Ok(total)
+    }
+
+    /// Adds `n` units, spread over the segments from a random one on.
+    ///
+    /// # Errors
+    /// As [`Stock::restock`].
+    pub async fn restock(&self, n: u64) -> Result<()> {
+        check_units(n)?;
+        let count = self.segments.len() as u64;
+        let start = fastrand::usize(..self.segments.len());
+        for k in 0..self.segments.len() {
+            let share = n / count + u64::from((k as u64) < n % count);
+            if share > 0 {
+                let segment = &self.segments[(start + k) % self.segments.len()];
+                segment.restock(share).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn segment_store<'a>(&self, segment: &'a Stock) -> &'a Arc<dyn StockStore> {
+        &segment.store
+    }
+
+    /// Takes `n` units from one segment if any has enough, else from several (all or
+    /// nothing), else answers sold out. Never oversells.
+    ///
+    /// # Errors
+    /// As [`Stock::take`].
+    pub async fn take(&self, n: u64) -> Result<SegmentedTaken> {
+        check_units(n)?;
+        let count = self.segments.len();
+        let start = fastrand::usize(..count);
+        for k in 0..count {
+            if self.segments[(start + k) % count].take(n).await?.is_taken() {
+                return Ok(SegmentedTaken::Taken { segments: 1 });
+            }
+        }
+        if count == 1 {
+            return Ok(SegmentedTaken::SoldOut {
+                available: self.segments[0].available().await?,
+            });
+        }
+        match self.segments[0].lock {
+            Some(_) => self.take_from_all_locked(n).await,
+            None => self.take_from_all_atomic(n).await,
+        }
+    }
+
+    /// Locks every segment in index order, then takes from the fullest first.
+    async fn take_from_all_locked(&self, n: u64) -> Result<SegmentedTaken> {
+        let mut guards = Vec::with_capacity(self.segments.len());
+        for segment in &self.segments {
+            let Some(lock) = &segment.lock else {
+                return Err(Error::invalid(
+                    "segments",
+                    "mixed locked and atomic segments",
+                ));
+            };
+            guards.push(
+                lock.acquire_with(AcquireOptions::new().wait(segment.wait))
+                    .await?,
+            );
+        }
+        let outcome = async {
+            let mut quantities = Vec::with_capacity(self.segments.len());
+            for (segment, guard) in self.segments.iter().zip(&guards) {
+                quantities.push(
+                    segment
+                        .store
+                        .read_fenced(&segment.item, guard.fencing_token())
+                        .await?,
+                );
+            }
+            let available: u64 = quantities.iter().sum();
+            if available < n {
+                return Ok(SegmentedTaken::SoldOut { available });
+            }
+            let mut order: Vec<usize> = (0..quantities.len()).collect();
+            order.sort_by_key(|&i| std::cmp::Reverse(quantities[i]));
+            let mut left = n;
+            let mut written: Vec<(usize, u64)> = Vec::new();
+            for i in order {
+                if left == 0 {
+                    break;
+                }
+                let part = left.min(quantities[i]);
+                if part == 0 {
+                    continue;
+                }
+                let segment = &self.segments[i];
+                let token = guards[i].fencing_token();
+                if let Err(error) = segment
+                    .store
+                    .write_fenced(&segment.item, quantities[i] - part, token)
+                    .await
+                {
+                    // Put back what this order took before the failure (all or nothing).
+                    for (j, _) in &written {
+                        let segment = &self.segments[*j];
+                        let _ = segment
+                            .store
+                            .write_fenced(&segment.item, quantities[*j], guards[*j].fencing_token())
+                            .await;
+                    }
+                    return Err(error);
+                }
+                written.push((i, part));
+                left -= part;
+            }
+            Ok(SegmentedTaken::Taken {
+                segments: u32::try_from(written.len()).unwrap_or(u32::MAX),
+            })
+        }
+        .await;
+        for guard in guards {
+            if let Err(error) = guard.release().await {
+                tracing::debug!(item = %self.item, %error, "releasing a segment lock failed");
+            }
+        }
+        outcome
+    }
+
+    /// Takes segment by segment in atomic steps; puts everything back when the total is short.
+    async fn take_from_all_atomic(&self, n: u64) -> Result<SegmentedTaken> {
+        let mut left = n;
+        let mut taken: Vec<(usize, u64)> = Vec::new();
+        let mut seen = 0u64;
+        for (i, segment) in self.segments.iter().enumerate() {
+            if left == 0 {
+                break;
+            }
+            let quantity = segment.available().await?;
+            seen += quantity;
+            let part = left.min(quantity);
+            if part > 0
+                && segment
+                    .store
+                    .take_atomic(&segment.item, part)
+                    .await?
+                    .is_taken()
+            {
+                taken.push((i, part));
+                left -= part;
+            }
+        }
+        if left == 0 {
+            return Ok(SegmentedTaken::Taken {
+                segments: u32::try_from(taken.len()).unwrap_or(u32::MAX),
+            });
+        }
+        for (i, part) in taken {
+            let segment = &self.segments[i];
+            segment.store.add_atomic(&segment.item, part).await?;
+        }
+        Ok(SegmentedTaken::SoldOut { available: seen })
+    }
+}

@@ -157,11 +157,7 @@ async fn two_buyers_of_ten_on_twelve_leave_two() {
 /// write is refused and the stock stays exact. On each lock backend under test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stale_holders_write_is_refused_by_its_fencing_token() {
-    for lock_url in [
-        "sqlite".to_owned(),
-        redis_url(),
-        redis_url().replacen("redis://", "redis+spin://", 1),
-    ] {
+    for lock_url in lock_backends() {
         let dir = tempfile::tempdir().unwrap();
         let lock_url = if lock_url == "sqlite" {
             format!("sqlite://{}", dir.path().join("locks.db").display())
@@ -215,6 +211,28 @@ async fn a_stale_holders_write_is_refused_by_its_fencing_token() {
     }
 }
 
+/// Every lock backend the stock module can lock with: "sqlite" (a file per test), Redis
+/// (reentrant and spin), ZooKeeper, PostgreSQL (advisory and table), MariaDB (named and
+/// table). The servers are the ones `scripts/test` makes sure of.
+fn lock_backends() -> Vec<String> {
+    let env = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
+    let postgres = env(
+        "DISTLOCK_POSTGRES_URL",
+        "postgres://postgres:postgres@127.0.0.1:5432/test",
+    );
+    let mysql = env("DISTLOCK_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
+    vec![
+        "sqlite".to_owned(),
+        redis_url(),
+        redis_url().replacen("redis://", "redis+spin://", 1),
+        env("DISTLOCK_ZK_URL", "zk://127.0.0.1:2181/"),
+        postgres.clone(),
+        format!("{postgres}?mode=table"),
+        mysql.clone(),
+        format!("{mysql}?mode=table"),
+    ]
+}
+
 /// Bad input gets typed errors, not panics.
 #[tokio::test]
 async fn bad_orders_are_refused_with_typed_errors() {
@@ -240,4 +258,139 @@ async fn bad_orders_are_refused_with_typed_errors() {
     );
     assert_eq!(stock.restock(3).await.unwrap(), 8);
     assert_eq!(stock.take(8).await.unwrap(), Taken::Taken { remaining: 0 });
+}
+
+use distlock::stock::{SegmentedStock, SegmentedTaken};
+
+/// Segmented views of one item for `clients` clients, locked (Redis lock, SQLite table lock)
+/// or atomic (Redis script).
+async fn segmented(
+    kind: &str,
+    dir: &std::path::Path,
+    item: &str,
+    segments: u32,
+    clients: usize,
+) -> Vec<SegmentedStock> {
+    let mut out = Vec::new();
+    for _ in 0..clients {
+        let redis: Arc<dyn StockStore> =
+            Arc::new(RedisStockStore::connect(&redis_url()).await.unwrap());
+        let stock = match kind {
+            "redis-lock" => {
+                let locks = distlock::connect(&redis_url()).await.unwrap();
+                SegmentedStock::locked(redis, &locks, item, segments).unwrap()
+            }
+            "sqlite-lock" => {
+                let locks =
+                    distlock::connect(&format!("sqlite://{}", dir.join("locks.db").display()))
+                        .await
+                        .unwrap();
+                let store: Arc<dyn StockStore> =
+                    Arc::new(SqliteStockStore::open(dir.join("stock.db")).unwrap());
+                SegmentedStock::locked(store, &locks, item, segments).unwrap()
+            }
+            _ => SegmentedStock::atomic(redis, item, segments).unwrap(),
+        };
+        out.push(stock);
+    }
+    out
+}
+
+/// Stock 1000 in 20 segments, 1100 concurrent orders of 1 from 4 clients: exactly 1000 served,
+/// 100 sold out, nothing left, never negative — also while segments run dry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn segmented_stock_sells_exactly_its_total() {
+    for kind in ["redis-lock", "sqlite-lock", "atomic"] {
+        let dir = tempfile::tempdir().unwrap();
+        let item = item("segmented");
+        let views = segmented(kind, dir.path(), &item, 20, 4).await;
+        views[0].create(1000).await.unwrap();
+        assert_eq!(views[0].available().await.unwrap(), 1000);
+        let mut orders = Vec::new();
+        for i in 0..1100 {
+            let stock = views[i % views.len()].clone();
+            orders.push(tokio::spawn(async move { stock.take(1).await.unwrap() }));
+        }
+        let (mut served, mut sold_out) = (0, 0);
+        for order in orders {
+            match order.await.unwrap() {
+                SegmentedTaken::Taken { segments } => {
+                    assert_eq!(segments, 1, "{kind}");
+                    served += 1;
+                }
+                SegmentedTaken::SoldOut { .. } => sold_out += 1,
+            }
+        }
+        assert_eq!((served, sold_out), (1000, 100), "{kind}");
+        assert_eq!(views[0].available().await.unwrap(), 0, "{kind}");
+    }
+}
+
+/// An order larger than any one segment is served from several when the total allows, all or
+/// nothing; sold out is answered only when the total is short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_orders_take_from_several_segments_all_or_nothing() {
+    for kind in ["redis-lock", "sqlite-lock", "atomic"] {
+        let dir = tempfile::tempdir().unwrap();
+        let item = item("large");
+        let stock = segmented(kind, dir.path(), &item, 4, 1).await.remove(0);
+        stock.create(40).await.unwrap();
+        assert_eq!(
+            stock.take(25).await.unwrap(),
+            SegmentedTaken::Taken { segments: 3 },
+            "{kind}"
+        );
+        assert_eq!(stock.available().await.unwrap(), 15, "{kind}");
+        assert_eq!(
+            stock.take(16).await.unwrap(),
+            SegmentedTaken::SoldOut { available: 15 },
+            "{kind}"
+        );
+        assert_eq!(
+            stock.available().await.unwrap(),
+            15,
+            "{kind}: a refused order took stock"
+        );
+        assert!(stock.take(15).await.unwrap().is_taken(), "{kind}");
+        assert_eq!(stock.available().await.unwrap(), 0, "{kind}");
+        stock.restock(7).await.unwrap();
+        assert_eq!(stock.available().await.unwrap(), 7, "{kind}");
+        assert!(stock.take(7).await.unwrap().is_taken(), "{kind}");
+    }
+}
+
+/// Two multi-segment orders at once lock the segments in one order, so they cannot deadlock;
+/// both are served when the total allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_large_orders_do_not_deadlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let item = item("deadlock");
+    let views = segmented("redis-lock", dir.path(), &item, 4, 2).await;
+    for round in 0..10 {
+        views[0].create(40).await.unwrap();
+        let orders: Vec<_> = views
+            .iter()
+            .cloned()
+            .map(|stock| tokio::spawn(async move { stock.take(15).await.unwrap() }))
+            .collect();
+        for order in orders {
+            let taken = tokio::time::timeout(Duration::from_secs(10), order)
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: deadlock"))
+                .unwrap();
+            assert!(taken.is_taken(), "round {round}: {taken:?}");
+        }
+        assert_eq!(views[0].available().await.unwrap(), 10, "round {round}");
+    }
+}
+
+#[test]
+fn segment_counts_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn StockStore> =
+        Arc::new(SqliteStockStore::open(dir.path().join("stock.db")).unwrap());
+    for bad in [0, distlock::stock::MAX_SEGMENTS + 1] {
+        let err = SegmentedStock::atomic(store.clone(), "pen", bad).unwrap_err();
+        assert!(err.is_invalid_input(), "{bad}: {err}");
+    }
 }
