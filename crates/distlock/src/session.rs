@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{Mutex as AsyncMutex, Notify, oneshot};
+use tokio::sync::{Mutex as AsyncMutex, Notify, Semaphore, oneshot};
 use tokio::time::Instant;
 
 use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
@@ -46,6 +46,10 @@ pub(crate) fn fnv1a64(name: &str) -> u64 {
 
 /// Idle lock connections kept for the next waiter.
 const IDLE_KEPT: usize = 16;
+/// Waiting statements one client runs at once, each on a connection of its own. Further
+/// waiters queue in the client, in arrival order, so that a burst of waiters does not open
+/// more connections than the server allows.
+pub(crate) const MAX_WAITING_CONNECTIONS: usize = 16;
 
 /// What one database says to lock, unlock and look at session locks. Implemented by the
 /// PostgreSQL and MySQL backends; not for use outside this crate.
@@ -119,12 +123,16 @@ struct Held<D: Dialect> {
     expires_at: Instant,
 }
 
+/// A lock to unlock in the background: its connection, its key, and its name when its lease
+/// ended (see `State::ending`).
+type Unlock<D> = (Arc<LockConn<D>>, <D as Dialect>::Key, Option<LockName>);
+
 struct State<D: Dialect> {
     held: HashMap<LockName, Held<D>>,
     /// Names being asked for by one owner of this client right now.
     pending: HashSet<LockName>,
-    /// Locks to unlock in the background (lease ended, abandoned grant).
-    unlock: Vec<(Arc<LockConn<D>>, D::Key)>,
+    /// Locks to unlock in the background (lease ended: with its name; abandoned grant).
+    unlock: Vec<Unlock<D>>,
     /// Names whose lease ended and which the reaper is unlocking right now: still held by
     /// our connection on the server, but no longer by their owner.
     ending: HashSet<LockName>,
@@ -147,6 +155,8 @@ struct Shared<D: Dialect> {
     idle: StdMutex<Vec<Arc<LockConn<D>>>>,
     state: StdMutex<State<D>>,
     reaper: Arc<Notify>,
+    /// Permits for waiting statements ([`MAX_WAITING_CONNECTIONS`]).
+    waiting: Arc<Semaphore>,
 }
 
 /// Session locks of one database; see the [module docs](self).
@@ -178,6 +188,7 @@ impl<D: Dialect> SessionBackend<D> {
             idle: StdMutex::default(),
             state: StdMutex::default(),
             reaper: Arc::new(Notify::new()),
+            waiting: Arc::new(Semaphore::new(MAX_WAITING_CONNECTIONS)),
         });
         tokio::spawn(reap(Arc::downgrade(&shared), shared.reaper.clone()));
         SessionBackend { shared }
@@ -189,6 +200,13 @@ impl<D: Dialect> Shared<D> {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// True while the reaper unlocks `name` after its lease ended and no other owner of this
+    /// client holds it yet: the server's lock is not anyone's then.
+    fn lease_ending(&self, name: &LockName) -> bool {
+        let state = self.state();
+        state.ending.contains(name) && !state.held.contains_key(name)
     }
 
     async fn primary(&self) -> Result<Arc<LockConn<D>>> {
@@ -324,21 +342,24 @@ async fn reap<D: Dialect>(shared: Weak<Shared<D>>, wake: Arc<Notify>) {
             for name in expired {
                 if let Some(held) = state.held.remove(&name) {
                     tracing::debug!(lock = %name, "the lease ended; unlocking");
-                    state.unlock.push((held.conn, held.key));
-                    state.ending.insert(name);
+                    state.ending.insert(name.clone());
+                    state.unlock.push((held.conn, held.key, Some(name)));
                 }
             }
             let next = state.held.values().map(|held| held.expires_at).min();
             (std::mem::take(&mut state.unlock), next)
         };
-        for (conn, key) in work {
+        for (conn, key, ended) in work {
             let unlocked = strong.unlock(&conn, &key).await;
             if let Err(error) = &unlocked {
                 tracing::warn!(%error, "unlocking in the background failed; closing the connection");
             }
+            // Unlocked, or its connection is closed below: either way the server has let go.
             strong.after_unlock(conn, unlocked.is_ok()).await;
+            if let Some(name) = ended {
+                strong.state().ending.remove(&name);
+            }
         }
-        strong.state().ending.clear();
         drop(strong);
         tokio::select! {
             _ = notified => {}
@@ -461,7 +482,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             }
         };
         let Some(held) = taken else {
-            if shared.state().ending.contains(name) {
+            if shared.lease_ending(name) {
                 // Its lease ended; the reaper is unlocking it.
                 return Ok(Released::NotHeld);
             }
@@ -490,7 +511,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             shared.reaper.notify_one();
             return Ok(Extended::Extended);
         }
-        if shared.state().ending.contains(name) {
+        if shared.lease_ending(name) {
             return Ok(Extended::NotHeld);
         }
         let other = shared.state().held.contains_key(name) || shared.is_locked(name).await?;
@@ -619,7 +640,7 @@ impl<D: Dialect> SessionWaiter<D> {
             let outcome = blocking_attempt(&shared, &name, max, &task_session).await;
             if let Err(Outcome::Granted { conn, key, .. }) = send.send(outcome) {
                 // Nobody took the grant: give it back.
-                shared.state().unlock.push((conn, key));
+                shared.state().unlock.push((conn, key, None));
                 shared.reaper.notify_one();
             }
         });
@@ -633,6 +654,17 @@ async fn blocking_attempt<D: Dialect>(
     max: Duration,
     session: &AtomicU64,
 ) -> Outcome<D> {
+    let start = Instant::now();
+    let permit = match tokio::time::timeout(max, shared.waiting.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => permit,
+        Ok(Err(_)) | Err(_) => return Outcome::TimedOut,
+    };
+    let max = max.saturating_sub(start.elapsed());
+    if max.is_zero() {
+        return Outcome::TimedOut;
+    }
+    // Held until the statement ends: it bounds waiting statements, not held locks.
+    let _permit = permit;
     let conn = match shared.idle_or_new().await {
         Ok(conn) => conn,
         Err(error) => return Outcome::Failed(error),
@@ -706,7 +738,7 @@ impl<D: Dialect> ReleaseWaiter for SessionWaiter<D> {
                 if state.held.contains_key(&self.name) {
                     // Cannot happen (the server excludes this client's other sessions), but
                     // never record two holders.
-                    state.unlock.push((conn, key));
+                    state.unlock.push((conn, key, None));
                     drop(state);
                     self.shared.reaper.notify_one();
                     return Woken::Retry;

@@ -45,11 +45,15 @@ use crate::mutex::{AcquireOptions, Mutex};
 
 #[cfg(feature = "redis")]
 mod redis_store;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod sql_store;
 #[cfg(feature = "sqlite")]
 mod sqlite_store;
 
 #[cfg(feature = "redis")]
 pub use self::redis_store::RedisStockStore;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use self::sql_store::SqlStockStore;
 #[cfg(feature = "sqlite")]
 pub use self::sqlite_store::SqliteStockStore;
 
@@ -68,6 +72,13 @@ pub enum Taken {
     SoldOut {
         /// Units there were.
         available: u64,
+    },
+    /// Optimistic strategy only: every attempt found the item changed by another order
+    /// between its read and its write, so the order gave up. Nothing was taken; stock may be
+    /// left. Try again later, or use a lock for this item.
+    GaveUp {
+        /// Attempts made.
+        attempts: u32,
     },
 }
 
@@ -95,9 +106,59 @@ pub trait StockStore: Send + Sync + 'static {
     async fn take_atomic(&self, item: &str, n: u64) -> Result<Taken>;
     /// Adds `n` units in one atomic step.
     async fn add_atomic(&self, item: &str, n: u64) -> Result<u64>;
+
+    /// The pessimistic strategy: in one transaction, read the quantity with a row lock
+    /// (`SELECT ... FOR UPDATE`), run `work` while the row is locked, then write. Stores
+    /// without row locks answer [`Error::Unsupported`].
+    async fn take_row_locked(&self, item: &str, n: u64, work: Work<'_>) -> Result<Taken> {
+        let _ = (item, n, work);
+        Err(Error::Unsupported {
+            backend: self.kind(),
+            operation: "row locks (the pessimistic strategy)",
+        })
+    }
+
+    /// The optimistic strategy's read: quantity and version.
+    async fn read_versioned(&self, item: &str) -> Result<(u64, u64)> {
+        let _ = item;
+        Err(Error::Unsupported {
+            backend: self.kind(),
+            operation: "version checks (the optimistic strategy)",
+        })
+    }
+
+    /// The optimistic strategy's write: succeeds (true) only if the version is still the one
+    /// read, and bumps it.
+    async fn write_versioned(&self, item: &str, quantity: u64, version: u64) -> Result<bool> {
+        let _ = (item, quantity, version);
+        Err(Error::Unsupported {
+            backend: self.kind(),
+            operation: "version checks (the optimistic strategy)",
+        })
+    }
+
+    /// The store's kind, for errors ("sqlite", "redis", "postgres", "mysql").
+    fn kind(&self) -> &'static str;
 }
 
-#[cfg_attr(not(any(feature = "sqlite", feature = "redis")), allow(dead_code))]
+/// Business work an order runs inside its critical section (after the stock check, before
+/// the write): for example inserting the order row. A boxed future, so that the trait stays
+/// object safe.
+pub type Work<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+
+fn no_work() -> Work<'static> {
+    Box::pin(async {})
+}
+
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql"
+    )),
+    allow(dead_code)
+)]
 pub(crate) fn missing_item(item: &str) -> Error {
     Error::invalid(
         "item",
@@ -135,7 +196,24 @@ pub struct Stock {
     item: String,
     lock: Option<Mutex>,
     wait: Duration,
+    mode: Mode,
 }
+
+/// How a [`Stock`] without a distlock lock protects an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A distlock lock (the `lock` field), or one atomic store step when there is none.
+    Plain,
+    RowLock,
+    Optimistic {
+        attempts: u32,
+    },
+}
+
+/// The optimistic strategy's default number of attempts per order.
+pub const DEFAULT_ATTEMPTS: u32 = 10;
+/// The longest back-off between two optimistic attempts.
+const MAX_BACKOFF: Duration = Duration::from_millis(64);
 
 impl std::fmt::Debug for Stock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -159,7 +237,37 @@ impl Stock {
             item: item.to_owned(),
             lock: Some(locks.mutex(format!("stock/{item}"))?),
             wait: DEFAULT_WAIT,
+            mode: Mode::Plain,
         })
+    }
+
+    /// Orders lock the item's row in a database transaction (`SELECT ... FOR UPDATE`): the
+    /// pessimistic strategy. The store must be an SQL store with row locks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad item name.
+    pub fn pessimistic(store: Arc<dyn StockStore>, item: &str) -> Result<Self> {
+        let mut stock = Stock::atomic(store, item)?;
+        stock.mode = Mode::RowLock;
+        Ok(stock)
+    }
+
+    /// Orders read quantity and version, and write only if the version is unchanged; a lost
+    /// race backs off (jittered, 1 ms doubling to 64 ms) and tries again, `attempts` times at
+    /// most, then answers [`Taken::GaveUp`]: the optimistic strategy.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad item name or `attempts == 0`.
+    pub fn optimistic(store: Arc<dyn StockStore>, item: &str, attempts: u32) -> Result<Self> {
+        if attempts == 0 {
+            return Err(Error::invalid(
+                "attempts",
+                "the optimistic strategy needs at least 1 attempt per order",
+            ));
+        }
+        let mut stock = Stock::atomic(store, item)?;
+        stock.mode = Mode::Optimistic { attempts };
+        Ok(stock)
     }
 
     /// Orders check and decrement in one atomic step of the store, without a lock.
@@ -173,6 +281,7 @@ impl Stock {
             item: item.to_owned(),
             lock: None,
             wait: DEFAULT_WAIT,
+            mode: Mode::Plain,
         })
     }
 
@@ -211,25 +320,75 @@ impl Stock {
     /// - [`Error::InvalidInput`] for `n == 0` or an item never created.
     /// - [`Error::Timeout`] when the lock was not granted within the wait.
     /// - [`Error::Fenced`] when this order's lock was lost before it wrote (nothing taken).
+    /// - [`Error::Unsupported`] for a strategy the store cannot do.
     /// - [`Error::Backend`] when the lock's backend or the store fails.
     pub async fn take(&self, n: u64) -> Result<Taken> {
+        self.take_with(n, no_work()).await
+    }
+
+    /// As [`Stock::take`], running `work` inside the critical section when there is stock:
+    /// after the check and before the write (with the atomic strategy, right after the
+    /// atomic step). `work` is the order's business logic; it runs at most once per attempt.
+    ///
+    /// # Errors
+    /// As [`Stock::take`].
+    pub async fn take_with(&self, n: u64, work: Work<'_>) -> Result<Taken> {
         check_units(n)?;
-        let Some(lock) = &self.lock else {
-            return self.store.take_atomic(&self.item, n).await;
-        };
-        self.under_lock(lock, |available| {
-            if available >= n {
-                (
-                    Some(available - n),
-                    Taken::Taken {
-                        remaining: available - n,
-                    },
-                )
-            } else {
-                (None, Taken::SoldOut { available })
+        match (self.mode, &self.lock) {
+            (Mode::RowLock, _) => self.store.take_row_locked(&self.item, n, work).await,
+            (Mode::Optimistic { attempts }, _) => self.take_optimistic(n, attempts, work).await,
+            (Mode::Plain, None) => {
+                let taken = self.store.take_atomic(&self.item, n).await?;
+                if taken.is_taken() {
+                    work.await;
+                }
+                Ok(taken)
             }
-        })
-        .await
+            (Mode::Plain, Some(lock)) => {
+                self.under_lock(lock, async |available| {
+                    if available >= n {
+                        work.await;
+                        (
+                            Some(available - n),
+                            Taken::Taken {
+                                remaining: available - n,
+                            },
+                        )
+                    } else {
+                        (None, Taken::SoldOut { available })
+                    }
+                })
+                .await
+            }
+        }
+    }
+
+    async fn take_optimistic(&self, n: u64, attempts: u32, work: Work<'_>) -> Result<Taken> {
+        let mut work = Some(work);
+        for attempt in 0..attempts {
+            let (available, version) = self.store.read_versioned(&self.item).await?;
+            if available < n {
+                return Ok(Taken::SoldOut { available });
+            }
+            if let Some(work) = work.take() {
+                work.await;
+            }
+            if self
+                .store
+                .write_versioned(&self.item, available - n, version)
+                .await?
+            {
+                return Ok(Taken::Taken {
+                    remaining: available - n,
+                });
+            }
+            let ceiling = Duration::from_millis(1 << attempt.min(6)).min(MAX_BACKOFF);
+            let pause = ceiling
+                .mul_f64(fastrand::f64())
+                .max(Duration::from_micros(100));
+            tokio::time::sleep(pause).await;
+        }
+        Ok(Taken::GaveUp { attempts })
     }
 
     /// Adds `n` units; returns the new quantity.
@@ -241,7 +400,7 @@ impl Stock {
         let Some(lock) = &self.lock else {
             return self.store.add_atomic(&self.item, n).await;
         };
-        self.under_lock(lock, |available| {
+        self.under_lock(lock, async |available| {
             let total = available.saturating_add(n);
             (Some(total), total)
         })
@@ -252,7 +411,7 @@ impl Stock {
     async fn under_lock<T>(
         &self,
         lock: &Mutex,
-        decide: impl FnOnce(u64) -> (Option<u64>, T),
+        decide: impl AsyncFnOnce(u64) -> (Option<u64>, T),
     ) -> Result<T> {
         let guard = lock
             .acquire_with(AcquireOptions::new().wait(self.wait))
@@ -260,7 +419,7 @@ impl Stock {
         let token = guard.fencing_token();
         let outcome = async {
             let available = self.store.read_fenced(&self.item, token).await?;
-            let (write, answer) = decide(available);
+            let (write, answer) = decide(available).await;
             if let Some(quantity) = write {
                 self.store.write_fenced(&self.item, quantity, token).await?;
             }
@@ -277,7 +436,15 @@ impl Stock {
 }
 
 /// A fencing refusal, for stores.
-#[cfg_attr(not(any(feature = "sqlite", feature = "redis")), allow(dead_code))]
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql"
+    )),
+    allow(dead_code)
+)]
 pub(crate) fn fenced(item: &str, token: u64, accepted: u64) -> Error {
     Error::Fenced {
         item: item.to_owned(),

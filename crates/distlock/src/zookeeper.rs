@@ -204,9 +204,21 @@ struct Orphan {
     /// For the naive lock's shared path: delete only the node with this token.
     token: Option<u64>,
     generation: u64,
+    /// The lock whose lease ended, when that is why the node goes (see `State::ending`).
+    ended: Option<(LockName, Owner)>,
 }
 
 impl State {
+    /// True while the reaper deletes the node of `key`'s ended lease and no other owner of
+    /// this client holds the name yet: the server's node is not anyone's lock then.
+    fn lease_ending(&self, key: &(LockName, Owner)) -> bool {
+        self.ending.contains(key)
+            && !self
+                .held
+                .keys()
+                .any(|(name, owner)| name == &key.0 && owner != &key.1)
+    }
+
     fn held(&self, key: &(LockName, Owner)) -> Option<&Held> {
         self.held
             .get(key)
@@ -315,6 +327,7 @@ impl Shared {
 
     fn orphan(&self, path: Arc<str>, token: Option<u64>, generation: u64) {
         self.state().orphans.push(Orphan {
+            ended: None,
             path,
             token,
             generation,
@@ -865,7 +878,7 @@ impl Backend for ZooKeeperBackend {
             .held(&key)
             .map(|held| (held.path.clone(), held.token, held.holds))
         else {
-            if shared.state().ending.contains(&key) {
+            if shared.state().lease_ending(&key) {
                 // Its lease ended; the reaper is deleting its node.
                 return Ok(Released::NotHeld);
             }
@@ -916,7 +929,7 @@ impl Backend for ZooKeeperBackend {
             .held(&key)
             .map(|held| (held.path.clone(), held.token))
         else {
-            if shared.state().ending.contains(&key) {
+            if shared.state().lease_ending(&key) {
                 return Ok(Extended::NotHeld);
             }
             return Ok(shared.not_ours(name).await?.1);
@@ -1046,6 +1059,7 @@ impl Drop for SequentialWaiter {
         {
             // Not granted: leave the queue (in the background, as Drop cannot wait).
             state.orphans.push(Orphan {
+                ended: None,
                 path: node.path,
                 token: None,
                 generation: queued.generation,
@@ -1214,6 +1228,7 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
                     state.ending.insert(key.clone());
                     let token = strong.url.naive.then_some(held.token);
                     state.orphans.push(Orphan {
+                        ended: Some(key.clone()),
                         path: held.path,
                         token,
                         generation: held.generation,
@@ -1222,7 +1237,13 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
             }
             let mut work = std::mem::take(&mut state.orphans);
             // Nodes of an ended session are gone with it.
-            work.retain(|orphan| orphan.generation == generation);
+            work.retain(|orphan| {
+                let keep = orphan.generation == generation;
+                if !keep && let Some(key) = &orphan.ended {
+                    state.ending.remove(key);
+                }
+                keep
+            });
             let next_expiry = state.held.values().map(|held| held.expires_at).min();
             (work, next_expiry)
         };
@@ -1232,14 +1253,24 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
             let mut failed = Vec::new();
             for orphan in work {
                 if orphan.generation != session.generation {
+                    if let Some(key) = &orphan.ended {
+                        strong.state().ending.remove(key);
+                    }
                     continue;
                 }
-                if let Err(error) = strong
+                match strong
                     .delete_node(&session, &orphan.path, orphan.token)
                     .await
                 {
-                    tracing::warn!(node = %orphan.path, %error, "deleting a lock node failed; retrying");
-                    failed.push(orphan);
+                    Ok(_) => {
+                        if let Some(key) = &orphan.ended {
+                            strong.state().ending.remove(key);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(node = %orphan.path, %error, "deleting a lock node failed; retrying");
+                        failed.push(orphan);
+                    }
                 }
             }
             if !failed.is_empty() {
@@ -1247,7 +1278,6 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
                 retry_at = Some(Instant::now() + Duration::from_millis(200));
             }
         }
-        strong.state().ending.clear();
         drop(strong);
         let wake_at = [next_expiry, retry_at].into_iter().flatten().min();
         tokio::select! {

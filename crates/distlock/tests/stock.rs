@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::stock::{RedisStockStore, SqliteStockStore, Stock, StockStore, Taken};
+use distlock::stock::{RedisStockStore, SqlStockStore, SqliteStockStore, Stock, StockStore, Taken};
 
 fn redis_url() -> String {
     let url =
@@ -35,17 +35,50 @@ enum Strategy {
     SqliteTableLock,
     RedisLock,
     RedisSpinLock,
+    ZooKeeperLock,
+    PostgresAdvisory,
+    MySqlNamed,
+    PostgresPessimistic,
+    MySqlPessimistic,
+    PostgresOptimistic,
+    MySqlOptimistic,
     SqliteAtomic,
     RedisAtomic,
+    PostgresAtomic,
+    MySqlAtomic,
 }
 
-const ALL: [Strategy; 5] = [
+const ALL: [Strategy; 14] = [
     Strategy::SqliteTableLock,
     Strategy::RedisLock,
     Strategy::RedisSpinLock,
+    Strategy::ZooKeeperLock,
+    Strategy::PostgresAdvisory,
+    Strategy::MySqlNamed,
+    Strategy::PostgresPessimistic,
+    Strategy::MySqlPessimistic,
+    Strategy::PostgresOptimistic,
+    Strategy::MySqlOptimistic,
     Strategy::SqliteAtomic,
     Strategy::RedisAtomic,
+    Strategy::PostgresAtomic,
+    Strategy::MySqlAtomic,
 ];
+
+fn env(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.into())
+}
+
+fn postgres_url() -> String {
+    env(
+        "DISTLOCK_POSTGRES_URL",
+        "postgres://postgres:postgres@127.0.0.1:5432/test",
+    )
+}
+
+fn mysql_url() -> String {
+    env("DISTLOCK_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+}
 
 /// `clients` views of one item, each with its own lock client and store connection.
 async fn views(
@@ -58,27 +91,43 @@ async fn views(
     let stock_db = dir.join("stock.db");
     let mut out = Vec::new();
     for _ in 0..clients {
+        use Strategy::*;
         let store: Arc<dyn StockStore> = match strategy {
-            Strategy::SqliteTableLock | Strategy::SqliteAtomic => {
+            SqliteTableLock | SqliteAtomic | ZooKeeperLock => {
                 Arc::new(SqliteStockStore::open(&stock_db).unwrap())
             }
-            _ => Arc::new(RedisStockStore::connect(&redis_url()).await.unwrap()),
+            RedisLock | RedisSpinLock | RedisAtomic => {
+                Arc::new(RedisStockStore::connect(&redis_url()).await.unwrap())
+            }
+            PostgresAdvisory | PostgresPessimistic | PostgresOptimistic | PostgresAtomic => {
+                Arc::new(SqlStockStore::connect(&postgres_url(), 8).await.unwrap())
+            }
+            MySqlNamed | MySqlPessimistic | MySqlOptimistic | MySqlAtomic => {
+                Arc::new(SqlStockStore::connect(&mysql_url(), 8).await.unwrap())
+            }
         };
-        let stock = match strategy {
-            Strategy::SqliteTableLock => {
-                let locks = distlock::connect(&locks_db).await.unwrap();
-                Stock::locked(store, &locks, item).unwrap()
-            }
-            Strategy::RedisLock => {
-                let locks = distlock::connect(&redis_url()).await.unwrap();
-                Stock::locked(store, &locks, item).unwrap()
-            }
-            Strategy::RedisSpinLock => {
-                let url = redis_url().replacen("redis://", "redis+spin://", 1);
+        let lock_url = match strategy {
+            SqliteTableLock => Some(locks_db.clone()),
+            RedisLock => Some(redis_url()),
+            RedisSpinLock => Some(redis_url().replacen("redis://", "redis+spin://", 1)),
+            ZooKeeperLock => Some(env("DISTLOCK_ZK_URL", "zk://127.0.0.1:2181/")),
+            PostgresAdvisory => Some(postgres_url()),
+            MySqlNamed => Some(mysql_url()),
+            _ => None,
+        };
+        let stock = match (strategy, lock_url) {
+            (_, Some(url)) => {
                 let locks = distlock::connect(&url).await.unwrap();
                 Stock::locked(store, &locks, item).unwrap()
             }
-            Strategy::SqliteAtomic | Strategy::RedisAtomic => Stock::atomic(store, item).unwrap(),
+            (PostgresPessimistic | MySqlPessimistic, None) => {
+                Stock::pessimistic(store, item).unwrap()
+            }
+            // Many attempts: 100 orders race for one row here.
+            (PostgresOptimistic | MySqlOptimistic, None) => {
+                Stock::optimistic(store, item, 500).unwrap()
+            }
+            (_, None) => Stock::atomic(store, item).unwrap(),
         };
         out.push(stock);
     }
@@ -102,7 +151,7 @@ async fn hundred_orders_of_one_empty_a_stock_of_hundred_exactly() {
         for order in orders {
             match order.await.unwrap().unwrap() {
                 Taken::Taken { .. } => sold += 1,
-                Taken::SoldOut { available } => panic!("{strategy:?}: sold out at {available}"),
+                other => panic!("{strategy:?}: {other:?} with stock left"),
             }
         }
         assert_eq!(sold, 100, "{strategy:?}");

@@ -115,6 +115,10 @@ fn to_u64(value: i64) -> u64 {
 
 #[async_trait]
 impl StockStore for RedisStockStore {
+    fn kind(&self) -> &'static str {
+        SCHEME
+    }
+
     async fn set(&self, item: &str, quantity: u64) -> Result<()> {
         redis::cmd("HSET")
             .arg(key(item))

@@ -103,6 +103,10 @@ fn fence_of(c: &Connection, item: &str) -> Result<u64> {
 
 #[async_trait]
 impl StockStore for SqliteStockStore {
+    fn kind(&self) -> &'static str {
+        SCHEME
+    }
+
     async fn set(&self, item: &str, quantity: u64) -> Result<()> {
         let item = item.to_owned();
         self.with(move |c| {
