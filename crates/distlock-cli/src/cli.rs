@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::failure::CliResult;
-use crate::{bench, demo, operator};
+use crate::{bench, demo, hot, operator};
 
 /// Distributed locks: the overselling demo, the lock benchmark, operator commands.
 ///
@@ -35,6 +35,8 @@ pub enum Command {
     Hold(HoldArgs),
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
+    #[command(hide = true)]
+    DemoHotWorker(hot::HotWorkerArgs),
     #[command(hide = true)]
     BenchWorker(bench::WorkerArgs),
 }
@@ -87,6 +89,24 @@ pub struct DemoArgs {
     /// mysql-named, the named lock.
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306/test")]
     pub mysql: String,
+    /// Run the hot-item scenario instead: one lock for an item against the item split into
+    /// segments, each with its own lock (--strategy: table-lock, redis, redis-spin,
+    /// zookeeper, pg-advisory, mysql-named, redis-atomic; default table-lock, redis,
+    /// redis-atomic).
+    #[arg(long)]
+    pub hot_item: bool,
+    /// Hot item: units in stock, all of them ordered one by one.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub hot_stock: u64,
+    /// Hot item: the segments of the segmented run.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub hot_segments: u32,
+    /// Hot item: milliseconds of business work inside each order's critical section.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub hot_hold_ms: u64,
+    /// Hot item: concurrent buyers in each worker process.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub hot_tasks: u32,
 }
 
 #[derive(Debug, Args)]
@@ -162,6 +182,7 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::ForceUnlock(args) => operator::force_unlock(args).await,
         Command::Hold(args) => operator::hold(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
+        Command::DemoHotWorker(args) => hot::worker(args).await,
         Command::BenchWorker(args) => bench::worker(args).await,
     }
 }

@@ -382,6 +382,9 @@ async fn check_strategy(
 }
 
 pub async fn run(args: DemoArgs) -> CliResult {
+    if args.hot_item {
+        return crate::hot::run(&args).await;
+    }
     let strategies = if args.strategies.is_empty() {
         Strategy::ALL.to_vec()
     } else {

@@ -9,6 +9,7 @@ mod demo;
 mod failure;
 #[cfg(feature = "zookeeper")]
 mod herd;
+mod hot;
 mod operator;
 mod progress;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -167,6 +167,61 @@ fn demo_database_strategies_are_exact() {
     }
 }
 
+/// The hot-item scenario sells exactly its stock with one lock and with segments, on each
+/// lock backend it runs, and reports orders/s for both (speed is for `distlock bench` and
+/// the demo's figures, not asserted here).
+#[test]
+fn demo_hot_item_is_exact_with_one_lock_and_with_segments() {
+    let redis = redis_url();
+    let postgres = postgres_url();
+    let mysql = mysql_url();
+    let output = distlock(&[
+        "demo",
+        "--json",
+        "--hot-item",
+        "--hot-stock",
+        "60",
+        "--hot-hold-ms",
+        "2",
+        "--hot-segments",
+        "6",
+        "--hot-tasks",
+        "4",
+        "--workers",
+        "2",
+        "--strategy",
+        "table-lock",
+        "--strategy",
+        "redis",
+        "--strategy",
+        "pg-advisory",
+        "--strategy",
+        "mysql-named",
+        "--strategy",
+        "redis-atomic",
+        "--redis",
+        &redis,
+        "--postgres",
+        &postgres,
+        "--mysql",
+        &mysql,
+    ]);
+    let report = stdout_json(&output);
+    assert!(
+        report["unavailable"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    let runs = report["runs"].as_array().unwrap();
+    // Two runs per lock (1 and 6 segments), one for the atomic script.
+    assert_eq!(runs.len(), 9, "{report}");
+    for run in runs {
+        assert_eq!(run["exact"], true, "{run}");
+        assert_eq!(run["served"], 60, "{run}");
+        assert_eq!(run["final_stock"], 0, "{run}");
+        assert!(run["orders_per_s"].as_f64().unwrap() > 0.0, "{run}");
+    }
+}
+
 /// A database strategy whose server does not answer is listed with the reason.
 #[test]
 fn demo_lists_a_missing_database_as_unavailable() {

@@ -143,7 +143,9 @@ pub trait StockStore: Send + Sync + 'static {
 
 /// Business work an order runs inside its critical section (after the stock check, before
 /// the write): for example inserting the order row. A boxed future, so that the trait stays
-/// object safe.
+/// object safe. Make it an `async` block (`Box::pin(async move { ... })`), which does nothing
+/// until the critical section polls it; a future that starts its clock when made, such as
+/// `tokio::time::sleep(d)`, would count the wait for the lock as work.
 pub type Work<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
 fn no_work() -> Work<'static> {
@@ -624,11 +626,29 @@ impl SegmentedStock {
     /// # Errors
     /// As [`Stock::take`].
     pub async fn take(&self, n: u64) -> Result<SegmentedTaken> {
+        self.take_with(n, no_work).await
+    }
+
+    /// As [`SegmentedStock::take`], running business work inside the critical section of
+    /// the order that is served. `work` makes that work; it is called once per segment
+    /// tried, and only the serving attempt's work runs.
+    ///
+    /// # Errors
+    /// As [`Stock::take`].
+    pub async fn take_with<'a>(
+        &self,
+        n: u64,
+        work: impl Fn() -> Work<'a>,
+    ) -> Result<SegmentedTaken> {
         check_units(n)?;
         let count = self.segments.len();
         let start = fastrand::usize(..count);
         for k in 0..count {
-            if self.segments[(start + k) % count].take(n).await?.is_taken() {
+            if self.segments[(start + k) % count]
+                .take_with(n, work())
+                .await?
+                .is_taken()
+            {
                 return Ok(SegmentedTaken::Taken { segments: 1 });
             }
         }
@@ -637,14 +657,15 @@ impl SegmentedStock {
                 available: self.segments[0].available().await?,
             });
         }
-        match self.segments[0].lock {
-            Some(_) => self.take_from_all_locked(n).await,
-            None => self.take_from_all_atomic(n).await,
-        }
+        let taken = match self.segments[0].lock {
+            Some(_) => self.take_from_all_locked(n, work()).await?,
+            None => self.take_from_all_atomic(n).await?,
+        };
+        Ok(taken)
     }
 
     /// Locks every segment in index order, then takes from the fullest first.
-    async fn take_from_all_locked(&self, n: u64) -> Result<SegmentedTaken> {
+    async fn take_from_all_locked(&self, n: u64, work: Work<'_>) -> Result<SegmentedTaken> {
         let mut guards = Vec::with_capacity(self.segments.len());
         for segment in &self.segments {
             let Some(lock) = &segment.lock else {
@@ -672,6 +693,7 @@ impl SegmentedStock {
             if available < n {
                 return Ok(SegmentedTaken::SoldOut { available });
             }
+            work.await;
             let mut order: Vec<usize> = (0..quantities.len()).collect();
             order.sort_by_key(|&i| std::cmp::Reverse(quantities[i]));
             let mut left = n;

@@ -1,0 +1,351 @@
+//! `distlock demo --hot-item`: the hot-item scenario of MISSION §10. One item, stock 1000,
+//! a 20 ms critical section per order, and many buyers in several processes: one lock for
+//! the item against the same stock split into 20 segments, each with its own lock, on each
+//! chosen lock backend, plus the Redis atomic script (no lock) as the ceiling.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+#[cfg(feature = "redis")]
+use distlock::stock::RedisStockStore;
+use distlock::stock::{SegmentedStock, SqliteStockStore, Stock, StockStore};
+use serde::{Deserialize, Serialize};
+
+use crate::cli::DemoArgs;
+use crate::failure::{CliResult, Failure};
+use crate::workers::{self, Fleet};
+
+/// The hidden `demo-hot-worker` subcommand's arguments.
+#[derive(Debug, Args)]
+pub struct HotWorkerArgs {
+    /// The lock backend; none means the store's atomic step.
+    #[arg(long)]
+    lock_url: Option<String>,
+    /// `redis://...` or the path of an SQLite stock file.
+    #[arg(long)]
+    store: String,
+    #[arg(long)]
+    item: String,
+    #[arg(long)]
+    segments: u32,
+    #[arg(long)]
+    orders: u64,
+    #[arg(long)]
+    tasks: u32,
+    #[arg(long)]
+    hold_ms: u64,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct HotReport {
+    served: u64,
+    sold_out: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// One run: a lock (or none) with 1 or N segments.
+#[derive(Debug, Serialize)]
+struct HotRun {
+    lock: String,
+    segments: u32,
+    served: u64,
+    sold_out: u64,
+    final_stock: u64,
+    orders_per_s: f64,
+    elapsed_s: f64,
+    exact: bool,
+}
+
+/// The lock backends of the scenario, by demo strategy name.
+fn lock_of(strategy: &str, args: &DemoArgs, dir: &Path) -> CliResult<Option<String>> {
+    Ok(match strategy {
+        "table-lock" => Some(format!("sqlite://{}", dir.join("locks.db").display())),
+        "redis" => Some(args.redis.clone()),
+        "redis-spin" => Some(args.redis.replacen("redis://", "redis+spin://", 1)),
+        "zookeeper" => Some(args.zookeeper.clone()),
+        "pg-advisory" => Some(args.postgres.clone()),
+        "mysql-named" => Some(args.mysql.clone()),
+        "redis-atomic" => None,
+        other => {
+            return Err(Failure::usage(format!(
+                "--hot-item runs table-lock, redis, redis-spin, zookeeper, pg-advisory, \
+                 mysql-named or redis-atomic, not {other:?}"
+            )));
+        }
+    })
+}
+
+pub async fn run(args: &DemoArgs) -> CliResult {
+    let strategies: Vec<String> = if args.strategies.is_empty() {
+        ["table-lock", "redis", "redis-atomic"]
+            .map(str::to_owned)
+            .to_vec()
+    } else {
+        args.strategies.clone()
+    };
+    let dir = tempfile::tempdir()?;
+    let sqlite_store = dir.path().join("stock.db");
+    if !args.json {
+        println!(
+            "hot item: stock {}, {} ms critical section, {} processes x {} buyers; one lock vs {} segments\n",
+            args.hot_stock, args.hot_hold_ms, args.workers, args.hot_tasks, args.hot_segments
+        );
+        println!(
+            "{:<14} {:>8} {:>7} {:>12} {:>10}  verdict",
+            "lock", "segments", "served", "final stock", "orders/s"
+        );
+    }
+    let mut runs = Vec::new();
+    let mut unavailable = Vec::new();
+    for strategy in &strategies {
+        let lock = lock_of(strategy, args, dir.path())?;
+        // Redis-locked and atomic runs keep the stock in Redis, the others in an SQLite file.
+        let store = if strategy.starts_with("redis") {
+            args.redis.clone()
+        } else {
+            sqlite_store.display().to_string()
+        };
+        if let Err(reason) = check(lock.as_deref(), &store).await {
+            if !args.json {
+                println!("{strategy:<14} unavailable: {reason}");
+            }
+            unavailable.push(serde_json::json!({"lock": strategy, "reason": reason}));
+            continue;
+        }
+        let segment_counts = if lock.is_none() {
+            vec![1]
+        } else {
+            vec![1, args.hot_segments]
+        };
+        let mut single = None;
+        for segments in segment_counts {
+            let run = run_one(args, strategy, lock.as_deref(), &store, segments).await?;
+            if !args.json {
+                let speed_up = match single {
+                    Some(base) if segments > 1 => format!("  {:.1}x", run.orders_per_s / base),
+                    _ => String::new(),
+                };
+                println!(
+                    "{:<14} {:>8} {:>7} {:>12} {:>10.0}  {}{speed_up}",
+                    strategy,
+                    segments,
+                    run.served,
+                    run.final_stock,
+                    run.orders_per_s,
+                    if run.exact { "exact" } else { "NOT EXACT" }
+                );
+            }
+            if segments == 1 {
+                single = Some(run.orders_per_s);
+            }
+            runs.push(run);
+        }
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "scenario": "hot-item",
+                "stock": args.hot_stock,
+                "hold_ms": args.hot_hold_ms,
+                "workers": args.workers,
+                "tasks_per_worker": args.hot_tasks,
+                "segments": args.hot_segments,
+                "runs": runs,
+                "unavailable": unavailable,
+            })
+        );
+    }
+    Ok(())
+}
+
+async fn open_store(store: &str) -> CliResult<Arc<dyn StockStore>> {
+    if store.starts_with("redis://") {
+        #[cfg(feature = "redis")]
+        return Ok(Arc::new(RedisStockStore::connect(store).await?));
+        #[cfg(not(feature = "redis"))]
+        return Err(Failure::usage(
+            "a Redis stock needs the redis feature of distlock-cli",
+        ));
+    }
+    Ok(Arc::new(SqliteStockStore::open(store)?))
+}
+
+/// Both servers answer within 3 s.
+async fn check(lock: Option<&str>, store: &str) -> Result<(), String> {
+    let checked = tokio::time::timeout(Duration::from_secs(3), async {
+        if let Some(url) = lock {
+            distlock::connect(url).await?.ping().await?;
+        }
+        open_store(store).await.map_err(|e| match e {
+            Failure::Usage(m) | Failure::Failed(m) => distlock::Error::Backend {
+                backend: "stock",
+                operation: "open the store",
+                source: m.into(),
+            },
+        })?;
+        Ok::<_, distlock::Error>(())
+    })
+    .await;
+    match checked {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err("did not answer within 3 s".to_owned()),
+    }
+}
+
+async fn run_one(
+    args: &DemoArgs,
+    strategy: &str,
+    lock: Option<&str>,
+    store_spec: &str,
+    segments: u32,
+) -> CliResult<HotRun> {
+    let item = format!("hot-{}-{:08x}", std::process::id(), fastrand::u32(..));
+    let store = open_store(store_spec).await?;
+    let stock = SegmentedStock::atomic(store.clone(), &item, segments)?;
+    stock.create(args.hot_stock).await?;
+    let workers = u64::from(args.workers);
+    let orders = args.hot_stock;
+    let argument_lists = (0..workers)
+        .map(|index| {
+            let share = orders / workers + u64::from(index < orders % workers);
+            let mut arguments = vec![
+                "demo-hot-worker".to_owned(),
+                "--store".to_owned(),
+                store_spec.to_owned(),
+                "--item".to_owned(),
+                item.clone(),
+                "--segments".to_owned(),
+                segments.to_string(),
+                "--orders".to_owned(),
+                share.to_string(),
+                "--tasks".to_owned(),
+                args.hot_tasks.to_string(),
+                "--hold-ms".to_owned(),
+                args.hot_hold_ms.to_string(),
+            ];
+            if let Some(url) = lock {
+                arguments.extend(["--lock-url".to_owned(), url.to_owned()]);
+            }
+            arguments
+        })
+        .collect();
+    let mut fleet = Fleet::start(argument_lists).await?;
+    let start = Instant::now();
+    fleet.go().await?;
+    // Generous: every order serialized behind one lock, with 50 ms of overhead each.
+    let limit = Duration::from_millis(orders.saturating_mul(args.hot_hold_ms + 50))
+        + Duration::from_secs(60);
+    let reports: Vec<HotReport> = fleet.reports(limit).await?;
+    let elapsed = start.elapsed().as_secs_f64();
+    if let Some(error) = reports.iter().find_map(|r| r.first_error.as_ref()) {
+        return Err(Failure::failed(format!("hot item on {strategy}: {error}")));
+    }
+    let served: u64 = reports.iter().map(|r| r.served).sum();
+    let sold_out: u64 = reports.iter().map(|r| r.sold_out).sum();
+    let final_stock = stock.available().await?;
+    Ok(HotRun {
+        lock: strategy.to_owned(),
+        segments,
+        served,
+        sold_out,
+        final_stock,
+        orders_per_s: served as f64 / elapsed.max(1e-9),
+        elapsed_s: elapsed,
+        exact: served + final_stock == args.hot_stock,
+    })
+}
+
+/// A hot-item worker: buys its share, one unit per order, spending the critical section
+/// inside each order.
+pub async fn worker(args: HotWorkerArgs) -> CliResult {
+    let store = open_store(&args.store).await?;
+    let stock = match &args.lock_url {
+        Some(url) => {
+            let locks = distlock::connect(url).await?;
+            if args.segments == 1 {
+                Either::One(Stock::locked(store, &locks, &format!("{}#0", args.item))?)
+            } else {
+                Either::Many(SegmentedStock::locked(
+                    store,
+                    &locks,
+                    &args.item,
+                    args.segments,
+                )?)
+            }
+        }
+        None => Either::Many(SegmentedStock::atomic(store, &args.item, args.segments)?),
+    };
+    let stock = Arc::new(stock);
+    let remaining = Arc::new(AtomicU64::new(args.orders));
+    let hold = Duration::from_millis(args.hold_ms);
+    workers::await_go().await?;
+    let mut tasks = Vec::new();
+    for _ in 0..args.tasks {
+        let stock = stock.clone();
+        let remaining = remaining.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut report = HotReport::default();
+            while remaining
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                match stock.take_one(hold).await {
+                    Ok(true) => report.served += 1,
+                    Ok(false) => report.sold_out += 1,
+                    Err(error) => {
+                        report.errors += 1;
+                        report.first_error.get_or_insert_with(|| error.to_string());
+                    }
+                }
+            }
+            report
+        }));
+    }
+    let mut total = HotReport::default();
+    for task in tasks {
+        let report = task.await.unwrap_or_else(|error| HotReport {
+            errors: 1,
+            first_error: Some(format!("buyer task failed: {error}")),
+            ..HotReport::default()
+        });
+        total.served += report.served;
+        total.sold_out += report.sold_out;
+        total.errors += report.errors;
+        if total.first_error.is_none() {
+            total.first_error = report.first_error;
+        }
+    }
+    workers::report(&total)
+}
+
+/// One lock for the item (segment `#0` of the same layout), or segments.
+enum Either {
+    One(Stock),
+    Many(SegmentedStock),
+}
+
+impl Either {
+    /// One order of one unit with `hold` of business work inside the critical section. The
+    /// work is an `async` block, so its clock starts when the critical section runs it, not
+    /// when the order is made (`tokio::time::sleep` alone would count the wait for the lock).
+    async fn take_one(&self, hold: Duration) -> distlock::Result<bool> {
+        match self {
+            Either::One(stock) => Ok(stock
+                .take_with(1, Box::pin(async move { tokio::time::sleep(hold).await }))
+                .await?
+                .is_taken()),
+            Either::Many(stock) => Ok(stock
+                .take_with(1, || {
+                    Box::pin(async move { tokio::time::sleep(hold).await })
+                })
+                .await?
+                .is_taken()),
+        }
+    }
+}
