@@ -13,6 +13,7 @@
 //! match iphone.take(2).await? {
 //!     Taken::Taken { remaining } => println!("sold 2, {remaining} left"),
 //!     Taken::SoldOut { available } => println!("only {available} left"),
+//!     Taken::GaveUp { attempts } => println!("gave up after {attempts} attempts"),
 //! }
 //! # Ok(())
 //! # }
