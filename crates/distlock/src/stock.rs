@@ -419,6 +419,38 @@ impl Stock {
         let guard = lock
             .acquire_with(AcquireOptions::new().wait(self.wait))
             .await?;
+        self.with_guard(guard, decide).await
+    }
+
+    /// As [`Stock::take_with`] for a locked stock, but only if the lock is free right now:
+    /// `None` when another order holds it. For [`SegmentedStock`], which looks for a free
+    /// segment before it waits for a busy one.
+    async fn try_take_with(&self, n: u64, work: Work<'_>) -> Result<Option<Taken>> {
+        let Some(lock) = &self.lock else {
+            return self.take_with(n, work).await.map(Some);
+        };
+        let Some(guard) = lock.try_acquire().await? else {
+            return Ok(None);
+        };
+        self.with_guard(guard, async |available| {
+            if available >= n {
+                work.await;
+                (Some(available - n), Taken::Taken {
+                    remaining: available - n,
+                })
+            } else {
+                (None, Taken::SoldOut { available })
+            }
+        })
+        .await
+        .map(Some)
+    }
+
+    async fn with_guard<T>(
+        &self,
+        guard: crate::mutex::Guard,
+        decide: impl AsyncFnOnce(u64) -> (Option<u64>, T),
+    ) -> Result<T> {
         let token = guard.fencing_token();
         let outcome = async {
             let available = self.store.read_fenced(&self.item, token).await?;
@@ -484,8 +516,9 @@ impl SegmentedTaken {
 /// One item's stock split into segments, each with its own lock (MISSION §10), so that orders
 /// for a hot item proceed in parallel: with N segments, up to N orders hold a lock at once.
 ///
-/// * An order starts at a random segment, takes from it if it has enough, and otherwise moves
-///   on to the next, until every segment was tried.
+/// * An order starts at a random segment and looks for one whose lock is free right now and
+///   that has enough; then it waits in turn for the busy ones (skipping those it found
+///   short), until every segment was tried.
 /// * An order no single segment can serve locks **all** segments, always in index order (so
 ///   two such orders cannot deadlock), reads the true total, and takes from several segments
 ///   or answers sold out. Sold out is answered only when the total is really short.
@@ -644,11 +677,28 @@ impl SegmentedStock {
         check_units(n)?;
         let count = self.segments.len();
         let start = fastrand::usize(..count);
+        // First a segment whose lock is free now; segments found short are skipped after.
+        let mut short = vec![false; count];
+        if self.segments[0].lock.is_some() {
+            for k in 0..count {
+                let i = (start + k) % count;
+                match self.segments[i].try_take_with(n, work()).await? {
+                    Some(taken) if taken.is_taken() => {
+                        return Ok(SegmentedTaken::Taken { segments: 1 });
+                    }
+                    Some(_) => short[i] = true,
+                    None => {}
+                }
+            }
+        }
+        // Then wait for the busy ones, in the same order.
         for k in 0..count {
-            if self.segments[(start + k) % count]
-                .take_with(n, work())
-                .await?
-                .is_taken()
+            let i = (start + k) % count;
+            if !short[i]
+                && self.segments[i]
+                    .take_with(n, work())
+                    .await?
+                    .is_taken()
             {
                 return Ok(SegmentedTaken::Taken { segments: 1 });
             }

@@ -67,6 +67,8 @@ pub struct MySqlNamed {
 
 impl MySqlNamedBackend {
     pub(super) fn with_pool(options: MySqlConnectOptions, pool: MySqlPool) -> Self {
+        // A waiting statement blocks by design; sqlx would log each one as slow.
+        let options = sqlx::ConnectOptions::disable_statement_logging(options);
         SessionBackend::new(MySqlNamed { options, pool })
     }
 }

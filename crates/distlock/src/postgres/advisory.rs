@@ -65,6 +65,8 @@ pub struct PgAdvisory {
 
 impl PgAdvisoryBackend {
     pub(super) fn with_pool(options: PgConnectOptions, pool: PgPool) -> Self {
+        // A waiting statement blocks by design; sqlx would log each one as slow.
+        let options = sqlx::ConnectOptions::disable_statement_logging(options);
         SessionBackend::new(PgAdvisory { options, pool })
     }
 }
