@@ -435,9 +435,12 @@ impl Stock {
         self.with_guard(guard, async |available| {
             if available >= n {
                 work.await;
-                (Some(available - n), Taken::Taken {
-                    remaining: available - n,
-                })
+                (
+                    Some(available - n),
+                    Taken::Taken {
+                        remaining: available - n,
+                    },
+                )
             } else {
                 (None, Taken::SoldOut { available })
             }
@@ -694,12 +697,7 @@ impl SegmentedStock {
         // Then wait for the busy ones, in the same order.
         for k in 0..count {
             let i = (start + k) % count;
-            if !short[i]
-                && self.segments[i]
-                    .take_with(n, work())
-                    .await?
-                    .is_taken()
-            {
+            if !short[i] && self.segments[i].take_with(n, work()).await?.is_taken() {
                 return Ok(SegmentedTaken::Taken { segments: 1 });
             }
         }
