@@ -348,20 +348,10 @@ impl Stock {
                 Ok(taken)
             }
             (Mode::Plain, Some(lock)) => {
-                self.under_lock(lock, async |available| {
-                    if available >= n {
-                        work.await;
-                        (
-                            Some(available - n),
-                            Taken::Taken {
-                                remaining: available - n,
-                            },
-                        )
-                    } else {
-                        (None, Taken::SoldOut { available })
-                    }
-                })
-                .await
+                let guard = lock
+                    .acquire_with(AcquireOptions::new().wait(self.wait))
+                    .await?;
+                self.sell_under(guard, n, work).await
             }
         }
     }
@@ -432,6 +422,16 @@ impl Stock {
         let Some(guard) = lock.try_acquire().await? else {
             return Ok(None);
         };
+        self.sell_under(guard, n, work).await.map(Some)
+    }
+
+    /// One order under a held lock: the check, the work when there is stock, the write.
+    async fn sell_under(
+        &self,
+        guard: crate::mutex::Guard,
+        n: u64,
+        work: Work<'_>,
+    ) -> Result<Taken> {
         self.with_guard(guard, async |available| {
             if available >= n {
                 work.await;
@@ -446,7 +446,6 @@ impl Stock {
             }
         })
         .await
-        .map(Some)
     }
 
     async fn with_guard<T>(
