@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -31,6 +31,7 @@ pub struct HotWorkerArgs {
     item: String,
     #[arg(long)]
     segments: u32,
+    /// Most orders this worker places (a bound; buyers stop at the first sold-out answer).
     #[arg(long)]
     orders: u64,
     #[arg(long)]
@@ -45,6 +46,8 @@ struct HotReport {
     sold_out: u64,
     errors: u64,
     first_error: Option<String>,
+    /// When this worker's last sale ended, in µs since the Unix epoch (0: no sale).
+    last_sale_us: u64,
 }
 
 /// One run: a lock (or none) with 1 or N segments.
@@ -55,7 +58,11 @@ struct HotRun {
     served: u64,
     sold_out: u64,
     final_stock: u64,
+    /// Units sold per second, from `go` to the end of the last sale.
     orders_per_s: f64,
+    /// Seconds from `go` to the end of the last sale.
+    selling_s: f64,
+    /// Seconds from `go` until every buyer had its sold-out answer.
     elapsed_s: f64,
     exact: bool,
 }
@@ -209,11 +216,10 @@ async fn run_one(
     let store = open_store(store_spec).await?;
     let stock = SegmentedStock::atomic(store.clone(), &item, segments)?;
     stock.create(args.hot_stock).await?;
-    let workers = u64::from(args.workers);
-    let orders = args.hot_stock;
-    let argument_lists = (0..workers)
-        .map(|index| {
-            let share = orders / workers + u64::from(index < orders % workers);
+    // Buyers buy until they are told sold out; twice the stock per worker bounds the loop.
+    let budget = args.hot_stock.saturating_mul(2).max(1);
+    let argument_lists = (0..args.workers)
+        .map(|_| {
             let mut arguments = vec![
                 "demo-hot-worker".to_owned(),
                 "--store".to_owned(),
@@ -223,7 +229,7 @@ async fn run_one(
                 "--segments".to_owned(),
                 segments.to_string(),
                 "--orders".to_owned(),
-                share.to_string(),
+                budget.to_string(),
                 "--tasks".to_owned(),
                 args.hot_tasks.to_string(),
                 "--hold-ms".to_owned(),
@@ -237,12 +243,15 @@ async fn run_one(
         .collect();
     let mut fleet = Fleet::start(argument_lists).await?;
     let start = Instant::now();
+    let go_us = unix_us();
     fleet.go().await?;
-    // Generous: every order serialized behind one lock, with 50 ms of overhead each.
-    let limit = Duration::from_millis(orders.saturating_mul(args.hot_hold_ms + 50))
+    // Generous: every unit sold behind one lock, with 50 ms of overhead each.
+    let limit = Duration::from_millis(args.hot_stock.saturating_mul(args.hot_hold_ms + 50))
         + Duration::from_secs(60);
     let reports: Vec<HotReport> = fleet.reports(limit).await?;
     let elapsed = start.elapsed().as_secs_f64();
+    let last_sale_us = reports.iter().map(|r| r.last_sale_us).max().unwrap_or(0);
+    let selling = last_sale_us.saturating_sub(go_us) as f64 / 1e6;
     if let Some(error) = reports.iter().find_map(|r| r.first_error.as_ref()) {
         return Err(Failure::failed(format!("hot item on {strategy}: {error}")));
     }
@@ -255,7 +264,8 @@ async fn run_one(
         served,
         sold_out,
         final_stock,
-        orders_per_s: served as f64 / elapsed.max(1e-9),
+        orders_per_s: served as f64 / selling.max(1e-6),
+        selling_s: selling,
         elapsed_s: elapsed,
         exact: served + final_stock == args.hot_stock,
     })
@@ -283,21 +293,30 @@ pub async fn worker(args: HotWorkerArgs) -> CliResult {
     };
     let stock = Arc::new(stock);
     let remaining = Arc::new(AtomicU64::new(args.orders));
+    let sold_out = Arc::new(AtomicBool::new(false));
     let hold = Duration::from_millis(args.hold_ms);
     workers::await_go().await?;
     let mut tasks = Vec::new();
     for _ in 0..args.tasks {
         let stock = stock.clone();
         let remaining = remaining.clone();
+        let sold_out = sold_out.clone();
         tasks.push(tokio::spawn(async move {
             let mut report = HotReport::default();
-            while remaining
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
+            while !sold_out.load(Ordering::SeqCst)
+                && remaining
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok()
             {
                 match stock.take_one(hold).await {
-                    Ok(true) => report.served += 1,
-                    Ok(false) => report.sold_out += 1,
+                    Ok(true) => {
+                        report.served += 1;
+                        report.last_sale_us = unix_us();
+                    }
+                    Ok(false) => {
+                        report.sold_out += 1;
+                        sold_out.store(true, Ordering::SeqCst);
+                    }
                     Err(error) => {
                         report.errors += 1;
                         report.first_error.get_or_insert_with(|| error.to_string());
@@ -317,11 +336,19 @@ pub async fn worker(args: HotWorkerArgs) -> CliResult {
         total.served += report.served;
         total.sold_out += report.sold_out;
         total.errors += report.errors;
+        total.last_sale_us = total.last_sale_us.max(report.last_sale_us);
         if total.first_error.is_none() {
             total.first_error = report.first_error;
         }
     }
     workers::report(&total)
+}
+
+/// Now, in µs since the Unix epoch: comparable between the processes of one machine.
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// One lock for the item (segment `#0` of the same layout), or segments.

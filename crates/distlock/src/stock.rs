@@ -36,6 +36,7 @@
 //!   Redis, one `UPDATE ... WHERE quantity >= n` in SQL). The lock-free ceiling.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -521,6 +522,11 @@ impl SegmentedTaken {
 /// * An order starts at a random segment and looks for one whose lock is free right now and
 ///   that has enough; then it waits in turn for the busy ones (skipping those it found
 ///   short), until every segment was tried.
+/// * A handle remembers, for itself and its clones, which segments its own orders are at and
+///   what each segment held when it last looked. An order does not try a segment another
+///   order of the same handle holds, waits where the fewest of them wait, and leaves the
+///   segments it saw short for the last step below. Share one handle (clone it) among the
+///   tasks of a process to get this; the hints never decide an answer.
 /// * An order no single segment can serve locks **all** segments, always in index order (so
 ///   two such orders cannot deadlock), reads the true total, and takes from several segments
 ///   or answers sold out. Sold out is answered only when the total is really short.
@@ -535,6 +541,69 @@ impl SegmentedTaken {
 pub struct SegmentedStock {
     item: String,
     segments: Vec<Stock>,
+    hints: Arc<Hints>,
+}
+
+/// What one [`SegmentedStock`] handle (with its clones) knows of its segments without asking
+/// the store: how many of its own orders are at each segment now, and how many units each
+/// segment had when one of its orders last looked. Hints only order the search; an order
+/// answers from what it reads under the locks.
+#[derive(Debug)]
+struct Hints {
+    crowd: Vec<AtomicU32>,
+    seen: Vec<AtomicU64>,
+}
+
+/// A segment no order of this handle has looked at yet.
+const UNSEEN: u64 = u64::MAX;
+
+impl Hints {
+    fn new(count: usize) -> Arc<Self> {
+        Arc::new(Hints {
+            crowd: (0..count).map(|_| AtomicU32::new(0)).collect(),
+            seen: (0..count).map(|_| AtomicU64::new(UNSEEN)).collect(),
+        })
+    }
+
+    /// Whether segment `i` may still have `n` units, as far as this handle knows.
+    fn may_serve(&self, i: usize, n: u64) -> bool {
+        self.seen[i].load(Ordering::Relaxed) >= n
+    }
+
+    fn saw(&self, i: usize, units: u64) {
+        self.seen[i].store(units, Ordering::Relaxed);
+    }
+
+    fn learn(&self, i: usize, taken: &Taken) {
+        match *taken {
+            Taken::Taken { remaining } => self.saw(i, remaining),
+            Taken::SoldOut { available } => self.saw(i, available),
+            Taken::GaveUp { .. } => {}
+        }
+    }
+
+    /// This handle's orders holding or waiting for segment `i`'s lock now.
+    fn crowd(&self, i: usize) -> u32 {
+        self.crowd[i].load(Ordering::Relaxed)
+    }
+
+    /// Counts an order at segment `i` until the returned value is dropped.
+    fn visit(&self, i: usize) -> Visit<'_> {
+        self.crowd[i].fetch_add(1, Ordering::Relaxed);
+        Visit { hints: self, i }
+    }
+}
+
+/// An order at a segment, for [`Hints::crowd`]; dropping it (also by cancellation) leaves.
+struct Visit<'a> {
+    hints: &'a Hints,
+    i: usize,
+}
+
+impl Drop for Visit<'_> {
+    fn drop(&mut self) {
+        self.hints.crowd[self.i].fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 fn check_segments(segments: u32) -> Result<()> {
@@ -565,6 +634,7 @@ impl SegmentedStock {
             segments: (0..segments)
                 .map(|i| Stock::locked(store.clone(), locks, &format!("{item}#{i}")))
                 .collect::<Result<_>>()?,
+            hints: Hints::new(segments as usize),
         })
     }
 
@@ -582,6 +652,7 @@ impl SegmentedStock {
             segments: (0..segments)
                 .map(|i| Stock::atomic(store.clone(), &format!("{item}#{i}")))
                 .collect::<Result<_>>()?,
+            hints: Hints::new(segments as usize),
         })
     }
 
@@ -618,6 +689,7 @@ impl SegmentedStock {
             self.segment_store(segment)
                 .set(&segment.item, share)
                 .await?;
+            self.hints.saw(i, share);
         }
         Ok(())
     }
@@ -628,8 +700,10 @@ impl SegmentedStock {
     /// [`Error::InvalidInput`] when the item was never created; [`Error::Backend`].
     pub async fn available(&self) -> Result<u64> {
         let mut total = 0u64;
-        for segment in &self.segments {
-            total = total.saturating_add(segment.available().await?);
+        for (i, segment) in self.segments.iter().enumerate() {
+            let units = segment.available().await?;
+            self.hints.saw(i, units);
+            total = total.saturating_add(units);
         }
         Ok(total)
     }
@@ -645,8 +719,9 @@ impl SegmentedStock {
         for k in 0..self.segments.len() {
             let share = n / count + u64::from((k as u64) < n % count);
             if share > 0 {
-                let segment = &self.segments[(start + k) % self.segments.len()];
-                segment.restock(share).await?;
+                let i = (start + k) % self.segments.len();
+                let units = self.segments[i].restock(share).await?;
+                self.hints.saw(i, units);
             }
         }
         Ok(())
@@ -678,33 +753,61 @@ impl SegmentedStock {
     ) -> Result<SegmentedTaken> {
         check_units(n)?;
         let count = self.segments.len();
+        if count == 1 {
+            return Ok(match self.segments[0].take_with(n, work()).await? {
+                Taken::Taken { .. } => SegmentedTaken::Taken { segments: 1 },
+                Taken::SoldOut { available } => SegmentedTaken::SoldOut { available },
+                Taken::GaveUp { .. } => SegmentedTaken::SoldOut {
+                    available: self.segments[0].available().await?,
+                },
+            });
+        }
         let start = fastrand::usize(..count);
-        // First a segment whose lock is free now; segments found short are skipped after.
-        let mut short = vec![false; count];
+        // Segments not tried yet, from a random one on, less those this handle last saw short.
+        let mut left: Vec<usize> = (0..count)
+            .map(|k| (start + k) % count)
+            .filter(|&i| self.hints.may_serve(i, n))
+            .collect();
         if self.segments[0].lock.is_some() {
-            for k in 0..count {
-                let i = (start + k) % count;
-                match self.segments[i].try_take_with(n, work()).await? {
-                    Some(taken) if taken.is_taken() => {
-                        return Ok(SegmentedTaken::Taken { segments: 1 });
+            // First a segment whose lock is free now, passing those this handle's own orders
+            // hold or wait for: they are busy for sure.
+            let mut k = 0;
+            while k < left.len() {
+                let i = left[k];
+                if self.hints.crowd(i) > 0 {
+                    k += 1;
+                    continue;
+                }
+                let tried = {
+                    let _visit = self.hints.visit(i);
+                    self.segments[i].try_take_with(n, work()).await?
+                };
+                match tried {
+                    Some(taken) => {
+                        self.hints.learn(i, &taken);
+                        if taken.is_taken() {
+                            return Ok(SegmentedTaken::Taken { segments: 1 });
+                        }
+                        left.remove(k);
                     }
-                    Some(_) => short[i] = true,
-                    None => {}
+                    None => k += 1,
                 }
             }
         }
-        // Then wait for the busy ones, in the same order.
-        for k in 0..count {
-            let i = (start + k) % count;
-            if !short[i] && self.segments[i].take_with(n, work()).await?.is_taken() {
+        // Then wait, each time for the segment the fewest of this handle's orders are at, so
+        // that its orders spread over the segments instead of queueing on a few.
+        while let Some(k) = (0..left.len()).min_by_key(|&k| self.hints.crowd(left[k])) {
+            let i = left.remove(k);
+            let taken = {
+                let _visit = self.hints.visit(i);
+                self.segments[i].take_with(n, work()).await?
+            };
+            self.hints.learn(i, &taken);
+            if taken.is_taken() {
                 return Ok(SegmentedTaken::Taken { segments: 1 });
             }
         }
-        if count == 1 {
-            return Ok(SegmentedTaken::SoldOut {
-                available: self.segments[0].available().await?,
-            });
-        }
+        // No single segment had enough (or this handle believed so): the true total decides.
         let taken = match self.segments[0].lock {
             Some(_) => self.take_from_all_locked(n, work()).await?,
             None => self.take_from_all_atomic(n).await?,
@@ -737,6 +840,9 @@ impl SegmentedStock {
                         .await?,
                 );
             }
+            for (i, &units) in quantities.iter().enumerate() {
+                self.hints.saw(i, units);
+            }
             let available: u64 = quantities.iter().sum();
             if available < n {
                 return Ok(SegmentedTaken::SoldOut { available });
@@ -763,6 +869,7 @@ impl SegmentedStock {
                 {
                     // Put back what this order took before the failure (all or nothing).
                     for (j, _) in &written {
+                        self.hints.saw(*j, quantities[*j]);
                         let segment = &self.segments[*j];
                         let _ = segment
                             .store
@@ -771,6 +878,7 @@ impl SegmentedStock {
                     }
                     return Err(error);
                 }
+                self.hints.saw(i, quantities[i] - part);
                 written.push((i, part));
                 left -= part;
             }
@@ -797,17 +905,16 @@ impl SegmentedStock {
                 break;
             }
             let quantity = segment.available().await?;
+            self.hints.saw(i, quantity);
             seen += quantity;
             let part = left.min(quantity);
-            if part > 0
-                && segment
-                    .store
-                    .take_atomic(&segment.item, part)
-                    .await?
-                    .is_taken()
-            {
-                taken.push((i, part));
-                left -= part;
+            if part > 0 {
+                let answer = segment.store.take_atomic(&segment.item, part).await?;
+                self.hints.learn(i, &answer);
+                if answer.is_taken() {
+                    taken.push((i, part));
+                    left -= part;
+                }
             }
         }
         if left == 0 {
@@ -817,7 +924,8 @@ impl SegmentedStock {
         }
         for (i, part) in taken {
             let segment = &self.segments[i];
-            segment.store.add_atomic(&segment.item, part).await?;
+            let units = segment.store.add_atomic(&segment.item, part).await?;
+            self.hints.saw(i, units);
         }
         Ok(SegmentedTaken::SoldOut { available: seen })
     }
