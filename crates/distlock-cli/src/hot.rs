@@ -46,8 +46,8 @@ struct HotReport {
     sold_out: u64,
     errors: u64,
     first_error: Option<String>,
-    /// When this worker's last sale ended, in µs since the Unix epoch (0: no sale).
-    last_sale_us: u64,
+    /// When each of this worker's sales ended, in µs since the Unix epoch.
+    sales_us: Vec<u64>,
 }
 
 /// One run: a lock (or none) with 1 or N segments.
@@ -62,6 +62,12 @@ struct HotRun {
     orders_per_s: f64,
     /// Seconds from `go` to the end of the last sale.
     selling_s: f64,
+    /// Seconds from `go` to the end of the first sale, and of a tenth, half and nine tenths
+    /// of the sales: where the run lost time (start, middle, drain).
+    first_sale_s: f64,
+    tenth_s: f64,
+    half_s: f64,
+    nine_tenths_s: f64,
     /// Seconds from `go` until every buyer had its sold-out answer.
     elapsed_s: f64,
     exact: bool,
@@ -111,7 +117,11 @@ pub async fn run(args: &DemoArgs) -> CliResult {
     for strategy in &strategies {
         let lock = lock_of(strategy, args, dir.path())?;
         // Redis-locked and atomic runs keep the stock in Redis, the others in an SQLite file.
-        let store = if strategy.starts_with("redis") {
+        let store = if strategy == "pg-advisory" {
+            args.postgres.clone()
+        } else if strategy == "mysql-named" {
+            args.mysql.clone()
+        } else if strategy != "table-lock" {
             args.redis.clone()
         } else {
             sqlite_store.display().to_string()
@@ -177,6 +187,16 @@ async fn open_store(store: &str) -> CliResult<Arc<dyn StockStore>> {
         #[cfg(not(feature = "redis"))]
         return Err(Failure::usage(
             "a Redis stock needs the redis feature of distlock-cli",
+        ));
+    }
+    if store.starts_with("postgres") || store.starts_with("mysql") || store.starts_with("mariadb") {
+        #[cfg(any(feature = "postgres", feature = "mysql"))]
+        return Ok(Arc::new(
+            distlock::stock::SqlStockStore::connect(store, 3).await?,
+        ));
+        #[cfg(not(any(feature = "postgres", feature = "mysql")))]
+        return Err(Failure::usage(
+            "an SQL stock needs the postgres or mysql feature of distlock-cli",
         ));
     }
     Ok(Arc::new(SqliteStockStore::open(store)?))
@@ -250,8 +270,20 @@ async fn run_one(
         + Duration::from_secs(60);
     let reports: Vec<HotReport> = fleet.reports(limit).await?;
     let elapsed = start.elapsed().as_secs_f64();
-    let last_sale_us = reports.iter().map(|r| r.last_sale_us).max().unwrap_or(0);
-    let selling = last_sale_us.saturating_sub(go_us) as f64 / 1e6;
+    let mut sales: Vec<f64> = reports
+        .iter()
+        .flat_map(|r| &r.sales_us)
+        .map(|&us| us.saturating_sub(go_us) as f64 / 1e6)
+        .collect();
+    sales.sort_by(f64::total_cmp);
+    let selling = sales.last().copied().unwrap_or(0.0);
+    // When the first sale, and a tenth, half and nine tenths of the sales, had ended.
+    let marks = [0.0, 0.1, 0.5, 0.9].map(|q| {
+        sales
+            .get(((sales.len() as f64 * q) as usize).min(sales.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    });
     if let Some(error) = reports.iter().find_map(|r| r.first_error.as_ref()) {
         return Err(Failure::failed(format!("hot item on {strategy}: {error}")));
     }
@@ -266,6 +298,10 @@ async fn run_one(
         final_stock,
         orders_per_s: served as f64 / selling.max(1e-6),
         selling_s: selling,
+        first_sale_s: marks[0],
+        tenth_s: marks[1],
+        half_s: marks[2],
+        nine_tenths_s: marks[3],
         elapsed_s: elapsed,
         exact: served + final_stock == args.hot_stock,
     })
@@ -278,6 +314,7 @@ pub async fn worker(args: HotWorkerArgs) -> CliResult {
     let stock = match &args.lock_url {
         Some(url) => {
             let locks = distlock::connect(url).await?;
+            warm_up(&locks, &args.item, args.tasks).await?;
             if args.segments == 1 {
                 Either::One(Stock::locked(store, &locks, &format!("{}#0", args.item))?)
             } else {
@@ -311,7 +348,7 @@ pub async fn worker(args: HotWorkerArgs) -> CliResult {
                 match stock.take_one(hold).await {
                     Ok(true) => {
                         report.served += 1;
-                        report.last_sale_us = unix_us();
+                        report.sales_us.push(unix_us());
                     }
                     Ok(false) => {
                         report.sold_out += 1;
@@ -336,12 +373,35 @@ pub async fn worker(args: HotWorkerArgs) -> CliResult {
         total.served += report.served;
         total.sold_out += report.sold_out;
         total.errors += report.errors;
-        total.last_sale_us = total.last_sale_us.max(report.last_sale_us);
+        total.sales_us.extend(report.sales_us);
         if total.first_error.is_none() {
             total.first_error = report.first_error;
         }
     }
     workers::report(&total)
+}
+
+/// Opens what the buyers will use before `go`, as a running shop has it open: every buyer
+/// waits once for a lock of this process's own, so a backend that waits on a connection of
+/// its own (PostgreSQL, MySQL) opens those connections now, not during the run.
+async fn warm_up(locks: &distlock::Locks, item: &str, tasks: u32) -> CliResult {
+    let lock = locks.mutex(format!("warm-up/{item}/{}", std::process::id()))?;
+    let first = lock.acquire().await?;
+    let waiters: Vec<_> = (0..tasks)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.acquire().await?.release().await })
+        })
+        .collect();
+    // Let every waiter reach the server before the first release.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.release().await?;
+    for waiter in waiters {
+        waiter
+            .await
+            .map_err(|e| Failure::failed(format!("a warm-up task failed: {e}")))??;
+    }
+    Ok(())
 }
 
 /// Now, in µs since the Unix epoch: comparable between the processes of one machine.

@@ -542,6 +542,24 @@ pub struct SegmentedStock {
     item: String,
     segments: Vec<Stock>,
     hints: Arc<Hints>,
+    sweeps: Arc<Sweeps>,
+}
+
+/// The orders of one handle that lock every segment (see [`SegmentedStock::sweep`]).
+#[derive(Debug, Default)]
+struct Sweeps {
+    /// Sweeps begun so far; a sweep's id is its number.
+    begun: AtomicU64,
+    /// The last sweep that finished, while a sweep runs `None`.
+    last: tokio::sync::Mutex<Option<Sweep>>,
+}
+
+/// What a sweep saw.
+#[derive(Debug, Clone, Copy)]
+struct Sweep {
+    id: u64,
+    /// Units in all segments while the sweep held every lock, after its own order.
+    total: u64,
 }
 
 /// What one [`SegmentedStock`] handle (with its clones) knows of its segments without asking
@@ -568,6 +586,11 @@ impl Hints {
     /// Whether segment `i` may still have `n` units, as far as this handle knows.
     fn may_serve(&self, i: usize, n: u64) -> bool {
         self.seen[i].load(Ordering::Relaxed) >= n
+    }
+
+    /// Units segment `i` had when this handle last looked ([`UNSEEN`] if never).
+    fn units(&self, i: usize) -> u64 {
+        self.seen[i].load(Ordering::Relaxed)
     }
 
     fn saw(&self, i: usize, units: u64) {
@@ -635,6 +658,7 @@ impl SegmentedStock {
                 .map(|i| Stock::locked(store.clone(), locks, &format!("{item}#{i}")))
                 .collect::<Result<_>>()?,
             hints: Hints::new(segments as usize),
+            sweeps: Arc::default(),
         })
     }
 
@@ -653,6 +677,7 @@ impl SegmentedStock {
                 .map(|i| Stock::atomic(store.clone(), &format!("{item}#{i}")))
                 .collect::<Result<_>>()?,
             hints: Hints::new(segments as usize),
+            sweeps: Arc::default(),
         })
     }
 
@@ -795,8 +820,12 @@ impl SegmentedStock {
             }
         }
         // Then wait, each time for the segment the fewest of this handle's orders are at, so
-        // that its orders spread over the segments instead of queueing on a few.
-        while let Some(k) = (0..left.len()).min_by_key(|&k| self.hints.crowd(left[k])) {
+        // that its orders spread over the segments instead of queueing on a few; of those,
+        // the one it saw fullest, so that the segments drain evenly and run dry together.
+        while let Some(k) = (0..left.len()).min_by_key(|&k| {
+            let i = left[k];
+            (self.hints.crowd(i), std::cmp::Reverse(self.hints.units(i)))
+        }) {
             let i = left.remove(k);
             let taken = {
                 let _visit = self.hints.visit(i);
@@ -808,15 +837,36 @@ impl SegmentedStock {
             }
         }
         // No single segment had enough (or this handle believed so): the true total decides.
-        let taken = match self.segments[0].lock {
-            Some(_) => self.take_from_all_locked(n, work()).await?,
-            None => self.take_from_all_atomic(n).await?,
-        };
+        match self.segments[0].lock {
+            Some(_) => self.sweep(n, work()).await,
+            None => self.take_from_all_atomic(n).await,
+        }
+    }
+
+    /// One order of this handle at a time locks every segment. An order that waited here
+    /// while another one's sweep began and found fewer than it needs answers sold out from
+    /// that sweep: the moment all its locks were held lies within both orders.
+    async fn sweep(&self, n: u64, work: Work<'_>) -> Result<SegmentedTaken> {
+        let arrived = self.sweeps.begun.load(Ordering::SeqCst);
+        let mut last = self.sweeps.last.lock().await;
+        if let Some(sweep) = *last
+            && sweep.id > arrived
+            && sweep.total < n
+        {
+            return Ok(SegmentedTaken::SoldOut {
+                available: sweep.total,
+            });
+        }
+        let id = self.sweeps.begun.fetch_add(1, Ordering::SeqCst) + 1;
+        *last = None;
+        let (taken, total) = self.take_from_all_locked(n, work).await?;
+        *last = Some(Sweep { id, total });
         Ok(taken)
     }
 
-    /// Locks every segment in index order, then takes from the fullest first.
-    async fn take_from_all_locked(&self, n: u64, work: Work<'_>) -> Result<SegmentedTaken> {
+    /// Locks every segment in index order, then takes from the fullest first. Also answers
+    /// the total left while all the locks were held.
+    async fn take_from_all_locked(&self, n: u64, work: Work<'_>) -> Result<(SegmentedTaken, u64)> {
         let mut guards = Vec::with_capacity(self.segments.len());
         for segment in &self.segments {
             let Some(lock) = &segment.lock else {
@@ -845,7 +895,7 @@ impl SegmentedStock {
             }
             let available: u64 = quantities.iter().sum();
             if available < n {
-                return Ok(SegmentedTaken::SoldOut { available });
+                return Ok((SegmentedTaken::SoldOut { available }, available));
             }
             work.await;
             let mut order: Vec<usize> = (0..quantities.len()).collect();
@@ -882,9 +932,12 @@ impl SegmentedStock {
                 written.push((i, part));
                 left -= part;
             }
-            Ok(SegmentedTaken::Taken {
-                segments: u32::try_from(written.len()).unwrap_or(u32::MAX),
-            })
+            Ok((
+                SegmentedTaken::Taken {
+                    segments: u32::try_from(written.len()).unwrap_or(u32::MAX),
+                },
+                available - n,
+            ))
         }
         .await;
         for guard in guards {

@@ -584,6 +584,11 @@ impl Shared {
                 None => (None, None),
             }
         };
+        // A one-off attempt first looks: when anyone holds or waits, it would only queue
+        // and leave again, two writes the ensemble must log and sync, for the same answer.
+        if waiter.is_none() && !self.queue(&session, &lock).await?.is_empty() {
+            return Ok(Acquired::Held { ttl: None });
+        }
         let node = match queued_node {
             Some(node) => node,
             None => {
