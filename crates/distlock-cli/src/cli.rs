@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::failure::CliResult;
 use crate::{bench, demo, hot, operator};
@@ -107,6 +107,33 @@ pub struct DemoArgs {
     /// Hot item: concurrent buyers in each worker process.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub hot_tasks: u32,
+    /// Hot item: what a sale in the SQLite stock file survives: full (a power loss; one disk
+    /// sync per sale, one sale at a time per file) or normal (a crash of the process).
+    #[arg(long, value_enum, default_value_t = Durability::Full)]
+    pub sqlite_durability: Durability,
+}
+
+/// `--sqlite-durability`: see [`distlock::stock::SqliteDurability`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Durability {
+    Full,
+    Normal,
+}
+
+impl Durability {
+    pub fn library(self) -> distlock::stock::SqliteDurability {
+        match self {
+            Durability::Full => distlock::stock::SqliteDurability::Full,
+            Durability::Normal => distlock::stock::SqliteDurability::Normal,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::Full => "full",
+            Durability::Normal => "normal",
+        }
+    }
 }
 
 #[derive(Debug, Args)]

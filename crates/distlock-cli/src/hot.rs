@@ -14,7 +14,7 @@ use distlock::stock::RedisStockStore;
 use distlock::stock::{SegmentedStock, SqliteStockStore, Stock, StockStore};
 use serde::{Deserialize, Serialize};
 
-use crate::cli::DemoArgs;
+use crate::cli::{DemoArgs, Durability};
 use crate::failure::{CliResult, Failure};
 use crate::workers::{self, Fleet};
 
@@ -38,6 +38,8 @@ pub struct HotWorkerArgs {
     tasks: u32,
     #[arg(long)]
     hold_ms: u64,
+    #[arg(long, value_enum, default_value_t = Durability::Full)]
+    sqlite_durability: Durability,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -54,6 +56,8 @@ struct HotReport {
 #[derive(Debug, Serialize)]
 struct HotRun {
     lock: String,
+    /// Where the stock was kept: redis, postgres, mysql, sqlite-full or sqlite-normal.
+    store: String,
     segments: u32,
     served: u64,
     sold_out: u64,
@@ -71,6 +75,15 @@ struct HotRun {
     /// Seconds from `go` until every buyer had its sold-out answer.
     elapsed_s: f64,
     exact: bool,
+}
+
+/// Where a run keeps its stock, for the report.
+fn store_label(store: &str, durability: Durability) -> String {
+    match store.split_once("://") {
+        Some(("mariadb", _)) => "mysql".to_owned(),
+        Some((scheme, _)) => scheme.to_owned(),
+        None => format!("sqlite-{}", durability.as_str()),
+    }
 }
 
 /// The lock backends of the scenario, by demo strategy name.
@@ -108,15 +121,16 @@ pub async fn run(args: &DemoArgs) -> CliResult {
             args.hot_stock, args.hot_hold_ms, args.workers, args.hot_tasks, args.hot_segments
         );
         println!(
-            "{:<14} {:>8} {:>7} {:>12} {:>10}  verdict",
-            "lock", "segments", "served", "final stock", "orders/s"
+            "{:<14} {:<13} {:>8} {:>7} {:>12} {:>10}  verdict",
+            "lock", "stock in", "segments", "served", "final stock", "orders/s"
         );
     }
     let mut runs = Vec::new();
     let mut unavailable = Vec::new();
     for strategy in &strategies {
         let lock = lock_of(strategy, args, dir.path())?;
-        // Redis-locked and atomic runs keep the stock in Redis, the others in an SQLite file.
+        // The stock lives on the lock's own server where that server can keep it (SQLite,
+        // PostgreSQL, MySQL), else (ZooKeeper) in Redis, like the Redis strategies.
         let store = if strategy == "pg-advisory" {
             args.postgres.clone()
         } else if strategy == "mysql-named" {
@@ -147,8 +161,9 @@ pub async fn run(args: &DemoArgs) -> CliResult {
                     _ => String::new(),
                 };
                 println!(
-                    "{:<14} {:>8} {:>7} {:>12} {:>10.0}  {}{speed_up}",
+                    "{:<14} {:<13} {:>8} {:>7} {:>12} {:>10.0}  {}{speed_up}",
                     strategy,
+                    run.store,
                     segments,
                     run.served,
                     run.final_stock,
@@ -180,7 +195,7 @@ pub async fn run(args: &DemoArgs) -> CliResult {
     Ok(())
 }
 
-async fn open_store(store: &str) -> CliResult<Arc<dyn StockStore>> {
+async fn open_store(store: &str, durability: Durability) -> CliResult<Arc<dyn StockStore>> {
     if store.starts_with("redis://") {
         #[cfg(feature = "redis")]
         return Ok(Arc::new(RedisStockStore::connect(store).await?));
@@ -199,7 +214,10 @@ async fn open_store(store: &str) -> CliResult<Arc<dyn StockStore>> {
             "an SQL stock needs the postgres or mysql feature of distlock-cli",
         ));
     }
-    Ok(Arc::new(SqliteStockStore::open(store)?))
+    Ok(Arc::new(SqliteStockStore::open_with(
+        store,
+        durability.library(),
+    )?))
 }
 
 /// Both servers answer within 3 s.
@@ -208,13 +226,15 @@ async fn check(lock: Option<&str>, store: &str) -> Result<(), String> {
         if let Some(url) = lock {
             distlock::connect(url).await?.ping().await?;
         }
-        open_store(store).await.map_err(|e| match e {
-            Failure::Usage(m) | Failure::Failed(m) => distlock::Error::Backend {
-                backend: "stock",
-                operation: "open the store",
-                source: m.into(),
-            },
-        })?;
+        open_store(store, Durability::Full)
+            .await
+            .map_err(|e| match e {
+                Failure::Usage(m) | Failure::Failed(m) => distlock::Error::Backend {
+                    backend: "stock",
+                    operation: "open the store",
+                    source: m.into(),
+                },
+            })?;
         Ok::<_, distlock::Error>(())
     })
     .await;
@@ -233,7 +253,7 @@ async fn run_one(
     segments: u32,
 ) -> CliResult<HotRun> {
     let item = format!("hot-{}-{:08x}", std::process::id(), fastrand::u32(..));
-    let store = open_store(store_spec).await?;
+    let store = open_store(store_spec, args.sqlite_durability).await?;
     let stock = SegmentedStock::atomic(store.clone(), &item, segments)?;
     stock.create(args.hot_stock).await?;
     // Buyers buy until they are told sold out; twice the stock per worker bounds the loop.
@@ -254,6 +274,8 @@ async fn run_one(
                 args.hot_tasks.to_string(),
                 "--hold-ms".to_owned(),
                 args.hot_hold_ms.to_string(),
+                "--sqlite-durability".to_owned(),
+                args.sqlite_durability.as_str().to_owned(),
             ];
             if let Some(url) = lock {
                 arguments.extend(["--lock-url".to_owned(), url.to_owned()]);
@@ -292,6 +314,7 @@ async fn run_one(
     let final_stock = stock.available().await?;
     Ok(HotRun {
         lock: strategy.to_owned(),
+        store: store_label(store_spec, args.sqlite_durability),
         segments,
         served,
         sold_out,
@@ -310,7 +333,7 @@ async fn run_one(
 /// A hot-item worker: buys its share, one unit per order, spending the critical section
 /// inside each order.
 pub async fn worker(args: HotWorkerArgs) -> CliResult {
-    let store = open_store(&args.store).await?;
+    let store = open_store(&args.store, args.sqlite_durability).await?;
     let stock = match &args.lock_url {
         Some(url) => {
             let locks = distlock::connect(url).await?;

@@ -32,6 +32,9 @@ use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
+mod bell;
+use bell::{Bell, Listener};
+
 const SCHEME: &str = "sqlite";
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL_FIRST: Duration = Duration::from_millis(1);
@@ -43,6 +46,9 @@ const TICKET_STALE_MS: i64 = 1000;
 /// How often the first two waiters in the queue look, on a blocking thread (Tokio's timer
 /// cannot sleep less than a millisecond). A look is one indexed read of about 15 µs.
 const CLOSE_POLL: Duration = Duration::from_micros(200);
+/// How often a waiter with a doorbell looks anyway: for a lease that expired, a ring that
+/// was lost, a waiter ahead that left.
+const BELL_POLL: Duration = Duration::from_millis(25);
 /// How long one close watch lasts before the async loop takes over again (to refresh the
 /// ticket and to notice a dropped waiter).
 const CLOSE_WATCH: Duration = Duration::from_millis(20);
@@ -66,7 +72,8 @@ CREATE TABLE IF NOT EXISTS distlock_waiters (
     ticket     INTEGER PRIMARY KEY AUTOINCREMENT,
     name       TEXT    NOT NULL,
     owner      TEXT    NOT NULL,
-    seen_at_ms INTEGER NOT NULL
+    seen_at_ms INTEGER NOT NULL,
+    bell       TEXT
 );
 CREATE INDEX IF NOT EXISTS distlock_waiters_by_name ON distlock_waiters (name, ticket);
 ";
@@ -78,6 +85,8 @@ pub struct SqliteBackend {
     path: PathBuf,
     fair: bool,
     busy_timeout: Duration,
+    /// Where releases ring this handle's waiters (fair mode on Linux).
+    bell: Option<Arc<Bell>>,
 }
 
 thread_local! {
@@ -89,7 +98,7 @@ thread_local! {
 /// of earlier calls for this statement. SQLite's own handler sleeps 1, 2, 5, 10 ms ...; lock
 /// transactions last tens of microseconds, so this one sleeps 50 µs at first, then 200 µs,
 /// then 1 ms, until the budget (`busy_timeout_ms`) is spent.
-fn busy_wait(calls: i32) -> bool {
+pub(crate) fn busy_wait(calls: i32) -> bool {
     let calls = u32::try_from(calls).unwrap_or(0);
     let (nap, spent) = match calls {
         0..20 => (Duration::from_micros(50), Duration::from_micros(50) * calls),
@@ -110,7 +119,7 @@ fn busy_wait(calls: i32) -> bool {
 }
 
 /// Takes the connection on a blocking thread, with that thread's busy budget set.
-fn lock_connection(
+pub(crate) fn lock_connection(
     connection: &StdMutex<Connection>,
     busy_timeout: Duration,
 ) -> std::sync::MutexGuard<'_, Connection> {
@@ -248,6 +257,7 @@ impl SqliteBackend {
                 .map_err(backend_error("set synchronous"))?;
             conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
                 .map_err(backend_error("create the lock tables"))?;
+            add_bell_column(&conn).map_err(backend_error("add the waiters' bell column"))?;
             Ok(conn)
         })
         .await
@@ -257,6 +267,7 @@ impl SqliteBackend {
             path,
             fair,
             busy_timeout,
+            bell: if fair { Bell::open() } else { None },
         })
     }
 
@@ -297,6 +308,55 @@ fn live_row(
         |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
     )
     .optional()
+}
+
+/// `Some(Held)` when `name` is held by another owner or, in fair mode, free but reserved for
+/// another's ticket; `None` when `owner` may go on and take (or re-enter) it.
+fn busy(
+    conn: &Connection,
+    name: &str,
+    owner: &str,
+    fair: bool,
+    now: i64,
+) -> rusqlite::Result<Option<Acquired>> {
+    Ok(match live_row(conn, name, now)? {
+        Some((holder, _, _, expires_at)) if holder != owner => Some(Acquired::Held {
+            ttl: Some(Duration::from_millis(
+                u64::try_from(expires_at - now).unwrap_or(0),
+            )),
+        }),
+        Some(_) => None,
+        None if fair && queue_head(conn, name, now)?.is_some_and(|head| head != owner) => {
+            Some(Acquired::Held { ttl: None })
+        }
+        None => None,
+    })
+}
+
+/// Files made before doorbells have no `bell` column in `distlock_waiters`.
+fn add_bell_column(conn: &Connection) -> rusqlite::Result<()> {
+    let has_bell: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('distlock_waiters') WHERE name = 'bell')",
+        [],
+        |row| row.get(0),
+    )?;
+    if !has_bell {
+        conn.execute_batch("ALTER TABLE distlock_waiters ADD COLUMN bell TEXT")?;
+    }
+    Ok(())
+}
+
+/// The doorbell of the oldest live ticket queued for `name`, if it has one.
+fn head_bell(conn: &Connection, name: &str, now: i64) -> rusqlite::Result<Option<String>> {
+    Ok(query_row(
+        conn,
+        "SELECT bell FROM distlock_waiters
+         WHERE name = ?1 AND seen_at_ms > ?2 ORDER BY ticket LIMIT 1",
+        params![name, now - TICKET_STALE_MS],
+        |row| row.get::<_, Option<String>>(0),
+    )
+    .optional()?
+    .flatten())
 }
 
 /// The owner of the oldest live ticket queued for `name`, if any.
@@ -349,6 +409,11 @@ impl Backend for SqliteBackend {
         let lease_ms = millis(lease);
         let fair = self.fair;
         self.run("acquire", move |conn| {
+            // Look first, without the file's write lock: a lock held by another (the common
+            // answer under contention) costs a read, which does not queue behind writers.
+            if let Some(busy) = busy(conn, &name, &owner, fair, now_ms())? {
+                return Ok(busy);
+            }
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
             let acquired = match live_row(&tx, &name, now)? {
@@ -431,11 +496,16 @@ impl Backend for SqliteBackend {
         } else {
             None
         };
+        let listener = match (&self.bell, ticket) {
+            (Some(bell), Some(_)) => Some(bell.listen(name.as_str())),
+            _ => None,
+        };
         Ok(Box::new(SqliteWaiter {
             backend: self.clone(),
             name: name.as_str().to_owned(),
             owner: owner.as_str().to_owned(),
             ticket,
+            listener,
             refreshed: tokio::time::Instant::now(),
             poll: POLL_FIRST,
         }))
@@ -444,9 +514,12 @@ impl Backend for SqliteBackend {
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
         let name = name.as_str().to_owned();
         let owner = owner.as_str().to_owned();
+        let bell = self.bell.clone();
         self.run("release", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let released = match live_row(&tx, &name, now_ms())? {
+            let now = now_ms();
+            let mut next = None;
+            let released = match live_row(&tx, &name, now)? {
                 None => Released::NotHeld,
                 Some((holder, _, _, _)) if holder != owner => Released::HeldByOther,
                 Some((_, holds, _, _)) if holds > 1 => {
@@ -465,10 +538,12 @@ impl Backend for SqliteBackend {
                         "DELETE FROM distlock_locks WHERE name = ?1 AND owner = ?2",
                         [&name, &owner],
                     )?;
+                    next = head_bell(&tx, &name, now)?;
                     Released::Released { remaining_holds: 0 }
                 }
             };
             tx.commit()?;
+            ring(bell.as_deref(), next.as_deref(), &name);
             Ok(released)
         })
         .await
@@ -549,14 +624,26 @@ impl Backend for SqliteBackend {
 
     async fn force_unlock(&self, name: &LockName) -> Result<bool> {
         let name = name.as_str().to_owned();
+        let bell = self.bell.clone();
         self.run("force unlock", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let was_held = live_row(&tx, &name, now_ms())?.is_some();
+            let now = now_ms();
+            let was_held = live_row(&tx, &name, now)?.is_some();
             execute(&tx, "DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
+            let next = head_bell(&tx, &name, now)?;
             tx.commit()?;
+            ring(bell.as_deref(), next.as_deref(), &name);
             Ok(was_held)
         })
         .await
+    }
+}
+
+/// Rings the doorbell `next` (the oldest waiter's) from this handle's `bell`, after a commit
+/// that freed `name`.
+fn ring(bell: Option<&Bell>, next: Option<&str>, name: &str) {
+    if let (Some(bell), Some(next)) = (bell, next) {
+        bell.ring(next, name);
     }
 }
 
@@ -564,11 +651,13 @@ impl SqliteBackend {
     /// Queues `owner` for `name`; returns the ticket.
     async fn take_ticket(&self, name: &str, owner: &str) -> Result<i64> {
         let (name, owner) = (name.to_owned(), owner.to_owned());
+        let bell = self.bell.as_ref().map(|bell| bell.name().to_owned());
         self.run("queue a waiter", move |conn| {
             execute(
                 conn,
-                "INSERT INTO distlock_waiters (name, owner, seen_at_ms) VALUES (?1, ?2, ?3)",
-                params![name, owner, now_ms()],
+                "INSERT INTO distlock_waiters (name, owner, seen_at_ms, bell)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![name, owner, now_ms(), bell],
             )?;
             Ok(conn.last_insert_rowid())
         })
@@ -584,6 +673,8 @@ struct SqliteWaiter {
     name: String,
     owner: String,
     ticket: Option<i64>,
+    /// Woken by a release's doorbell (fair mode on Linux); without one, waiters poll closely.
+    listener: Option<Listener>,
     refreshed: tokio::time::Instant,
     poll: Duration,
 }
@@ -696,6 +787,9 @@ impl ReleaseWaiter for SqliteWaiter {
 
 impl SqliteWaiter {
     async fn wait_for_release(&mut self, max: Duration) {
+        if self.listener.is_some() {
+            return self.wait_for_bell(max).await;
+        }
         let deadline = tokio::time::Instant::now() + max;
         let mut close_to_front = false;
         let mut first_look = true;
@@ -743,6 +837,41 @@ impl SqliteWaiter {
             } else {
                 (self.poll * 2).min(POLL_MAX)
             };
+        }
+    }
+}
+
+impl SqliteWaiter {
+    /// Waits for a ring of this lock's doorbell, looking every [`BELL_POLL`] anyway.
+    async fn wait_for_bell(&mut self, max: Duration) {
+        let Some(notify) = self.listener.as_ref().map(Listener::notify) else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let rung = notify.notified();
+            tokio::pin!(rung);
+            rung.as_mut().enable();
+            // An error is treated as "maybe free": the caller's next attempt reports it.
+            let Ok(poll) = self.poll_once().await else {
+                return;
+            };
+            let refresh_due = !poll.ticket_alive || self.refreshed.elapsed() >= TICKET_REFRESH;
+            if refresh_due && self.refresh_ticket(poll.ticket_alive).await.is_err() {
+                return;
+            }
+            if poll.our_turn() {
+                return;
+            }
+            let nap = BELL_POLL.mul_f64(0.75 + fastrand::f64() * 0.5);
+            let wake = (tokio::time::Instant::now() + nap).min(deadline);
+            tokio::select! {
+                () = &mut rung => {}
+                () = tokio::time::sleep_until(wake) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
         }
     }
 }

@@ -57,7 +57,7 @@ pub use self::redis_store::RedisStockStore;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use self::sql_store::SqlStockStore;
 #[cfg(feature = "sqlite")]
-pub use self::sqlite_store::SqliteStockStore;
+pub use self::sqlite_store::{SqliteDurability, SqliteStockStore};
 
 /// How long [`Stock::take`] waits for the item's lock by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
