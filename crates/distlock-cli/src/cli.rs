@@ -45,8 +45,8 @@ pub enum Command {
 pub struct DemoArgs {
     /// Strategy to run (repeatable): none, in-process, table-lock, redis, redis-spin,
     /// zookeeper, pg-pessimistic, pg-optimistic, pg-advisory, mysql-pessimistic,
-    /// mysql-optimistic, mysql-named. Default: all; a strategy whose server does not answer
-    /// is listed as unavailable, with the reason.
+    /// mysql-optimistic, mysql-named, redis-atomic. Default: all; a strategy whose server
+    /// does not answer is listed as unavailable, with the reason.
     #[arg(long = "strategy", value_name = "NAME")]
     pub strategies: Vec<String>,
     /// Worker processes buying at once.

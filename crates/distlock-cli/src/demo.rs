@@ -50,6 +50,10 @@ const STRATEGIES: &[(&str, &str)] = &[
         "mysql-named",
         "distlock's MySQL named lock around a committed transaction",
     ),
+    (
+        "redis-atomic",
+        "Redis: check and decrement in one Lua script, no lock",
+    ),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +70,7 @@ enum Strategy {
     MySqlPessimistic,
     MySqlOptimistic,
     MySqlNamed,
+    RedisAtomic,
 }
 
 /// Where a strategy keeps the stock.
@@ -74,6 +79,7 @@ enum Database {
     Sqlite,
     Postgres,
     MySql,
+    Redis,
 }
 
 /// How a strategy protects the read-modify-write.
@@ -85,10 +91,12 @@ enum Protection {
     Lock,
     RowLock,
     Version,
+    /// One atomic step of the store; the work runs after it.
+    Atomic,
 }
 
 impl Strategy {
-    const ALL: [Strategy; 12] = [
+    const ALL: [Strategy; 13] = [
         Strategy::None,
         Strategy::InProcess,
         Strategy::TableLock,
@@ -101,6 +109,7 @@ impl Strategy {
         Strategy::MySqlPessimistic,
         Strategy::MySqlOptimistic,
         Strategy::MySqlNamed,
+        Strategy::RedisAtomic,
     ];
 
     fn parse(name: &str) -> CliResult<Self> {
@@ -133,6 +142,7 @@ impl Strategy {
             Strategy::MySqlPessimistic => "mysql-pessimistic",
             Strategy::MySqlOptimistic => "mysql-optimistic",
             Strategy::MySqlNamed => "mysql-named",
+            Strategy::RedisAtomic => "redis-atomic",
         }
     }
 
@@ -144,6 +154,7 @@ impl Strategy {
             Strategy::MySqlPessimistic | Strategy::MySqlOptimistic | Strategy::MySqlNamed => {
                 Database::MySql
             }
+            Strategy::RedisAtomic => Database::Redis,
             _ => Database::Sqlite,
         }
     }
@@ -154,6 +165,7 @@ impl Strategy {
             Strategy::InProcess => Protection::ProcessMutex,
             Strategy::PgPessimistic | Strategy::MySqlPessimistic => Protection::RowLock,
             Strategy::PgOptimistic | Strategy::MySqlOptimistic => Protection::Version,
+            Strategy::RedisAtomic => Protection::Atomic,
             _ => Protection::Lock,
         }
     }
@@ -240,16 +252,18 @@ fn lock_url(strategy: Strategy, db: &Path, args: &DemoArgs) -> Option<String> {
         | Strategy::PgPessimistic
         | Strategy::PgOptimistic
         | Strategy::MySqlPessimistic
-        | Strategy::MySqlOptimistic => None,
+        | Strategy::MySqlOptimistic
+        | Strategy::RedisAtomic => None,
     }
 }
 
-/// The database of a strategy that keeps its stock in PostgreSQL or MySQL.
+/// The server of a strategy that keeps its stock in PostgreSQL, MySQL or Redis.
 fn store_url(strategy: Strategy, args: &DemoArgs) -> Option<String> {
     match strategy.database() {
         Database::Sqlite => None,
         Database::Postgres => Some(args.postgres.clone()),
         Database::MySql => Some(args.mysql.clone()),
+        Database::Redis => Some(args.redis.clone()),
     }
 }
 
@@ -278,12 +292,15 @@ async fn check_backend(url: &str) -> Result<(), String> {
     }
 }
 
-/// The stock a strategy sells from: the SQLite file, or a PostgreSQL/MySQL table.
+/// The stock a strategy sells from: the SQLite file, a PostgreSQL/MySQL table, or Redis
+/// keys sold from by the library's atomic script.
 #[derive(Clone)]
 enum Stock {
     Sqlite(Store),
     #[cfg(any(feature = "postgres", feature = "mysql"))]
     Sql(SqlStore),
+    #[cfg(feature = "redis")]
+    Redis(distlock::stock::Stock),
 }
 
 impl Stock {
@@ -296,6 +313,14 @@ impl Stock {
     ) -> CliResult<Self> {
         match store_url {
             None => Ok(Stock::Sqlite(Store::open(db)?)),
+            #[cfg(feature = "redis")]
+            Some(url) if url.starts_with("redis") => {
+                let store = distlock::stock::RedisStockStore::connect(url).await?;
+                Ok(Stock::Redis(distlock::stock::Stock::atomic(
+                    Arc::new(store),
+                    item,
+                )?))
+            }
             #[cfg(any(feature = "postgres", feature = "mysql"))]
             Some(url) => Ok(Stock::Sql(SqlStore::open(url, item, connections).await?)),
             #[cfg(not(any(feature = "postgres", feature = "mysql")))]
@@ -313,6 +338,8 @@ impl Stock {
             Stock::Sqlite(store) => store.set(quantity).await,
             #[cfg(any(feature = "postgres", feature = "mysql"))]
             Stock::Sql(store) => store.set(quantity).await,
+            #[cfg(feature = "redis")]
+            Stock::Redis(stock) => Ok(stock.create(u64::try_from(quantity).unwrap_or(0)).await?),
         }
     }
 
@@ -321,6 +348,8 @@ impl Stock {
             Stock::Sqlite(store) => store.read().await,
             #[cfg(any(feature = "postgres", feature = "mysql"))]
             Stock::Sql(store) => store.read().await,
+            #[cfg(feature = "redis")]
+            Stock::Redis(stock) => Ok(i64::try_from(stock.available().await?).unwrap_or(i64::MAX)),
         }
     }
 
@@ -329,6 +358,8 @@ impl Stock {
             Stock::Sqlite(_) => Ok(()),
             #[cfg(any(feature = "postgres", feature = "mysql"))]
             Stock::Sql(store) => store.remove().await,
+            #[cfg(feature = "redis")]
+            Stock::Redis(_) => Ok(()),
         }
     }
 
@@ -336,15 +367,31 @@ impl Stock {
     async fn buy(&self, protection: Protection, hold: Duration) -> CliResult<Bought> {
         match self {
             Stock::Sqlite(store) => match protection {
-                Protection::RowLock | Protection::Version => Err(Failure::usage(
-                    "row locks and version checks need a PostgreSQL or MySQL stock",
-                )),
+                Protection::RowLock | Protection::Version | Protection::Atomic => {
+                    Err(Failure::usage(
+                        "row locks, version checks and atomic steps need a server's stock",
+                    ))
+                }
                 _ => buy(store, hold).await,
             },
+            #[cfg(feature = "redis")]
+            Stock::Redis(stock) => {
+                let taken = stock.take(1).await?;
+                // The business work runs after the step: nothing of it can be inside.
+                tokio::time::sleep(hold).await;
+                Ok(match taken {
+                    distlock::stock::Taken::Taken { .. } => Bought::Accepted,
+                    distlock::stock::Taken::SoldOut { .. } => Bought::Refused,
+                    distlock::stock::Taken::GaveUp { .. } => Bought::GaveUp,
+                })
+            }
             #[cfg(any(feature = "postgres", feature = "mysql"))]
             Stock::Sql(store) => match protection {
                 Protection::RowLock => store.buy_pessimistic(hold).await,
                 Protection::Version => store.buy_optimistic(hold).await,
+                Protection::Atomic => Err(Failure::usage(
+                    "the atomic step is the Redis stock's; SQL stocks use row locks or versions",
+                )),
                 _ => store.buy_plain(hold).await,
             },
         }
@@ -360,6 +407,10 @@ async fn check_strategy(
 ) -> Result<(), String> {
     if let Some(url) = lock_url {
         check_backend(url).await?;
+    }
+    if let Some(url) = store_url.filter(|url| url.starts_with("redis")) {
+        // The atomic strategy's Redis answers as a lock backend does.
+        return check_backend(url).await;
     }
     #[cfg(any(feature = "postgres", feature = "mysql"))]
     if let Some(url) = store_url {

@@ -80,7 +80,7 @@ fn demo_oversells_without_a_lock_and_is_exact_with_the_table_lock() {
         let damage = r["oversold"].as_u64().unwrap() as i64 + r["lost_updates"].as_i64().unwrap();
         assert!(damage > 0, "{broken}: {r}");
     }
-    for exact in ["table-lock", "redis", "redis-spin"] {
+    for exact in ["table-lock", "redis", "redis-spin", "redis-atomic"] {
         let r = row(exact);
         assert_eq!(r["exact"], true, "{r}");
         assert_eq!(r["accepted"], 30, "{r}");
@@ -175,6 +175,7 @@ fn demo_hot_item_is_exact_with_one_lock_and_with_segments() {
     let redis = redis_url();
     let postgres = postgres_url();
     let mysql = mysql_url();
+    let zookeeper = zookeeper_url();
     let output = distlock(&[
         "demo",
         "--json",
@@ -199,12 +200,18 @@ fn demo_hot_item_is_exact_with_one_lock_and_with_segments() {
         "mysql-named",
         "--strategy",
         "redis-atomic",
+        "--strategy",
+        "redis-spin",
+        "--strategy",
+        "zookeeper",
         "--redis",
         &redis,
         "--postgres",
         &postgres,
         "--mysql",
         &mysql,
+        "--zookeeper",
+        &zookeeper,
     ]);
     let report = stdout_json(&output);
     assert!(
@@ -213,8 +220,16 @@ fn demo_hot_item_is_exact_with_one_lock_and_with_segments() {
     );
     let runs = report["runs"].as_array().unwrap();
     // Two runs per lock (1 and 6 segments), one for the atomic script.
-    assert_eq!(runs.len(), 9, "{report}");
+    assert_eq!(runs.len(), 13, "{report}");
     for run in runs {
+        // The stock lives on the lock's own server where it can (ZooKeeper's in Redis).
+        let store = match run["lock"].as_str().unwrap() {
+            "table-lock" => "sqlite-full",
+            "pg-advisory" => "postgres",
+            "mysql-named" => "mysql",
+            _ => "redis",
+        };
+        assert_eq!(run["store"], store, "{run}");
         assert_eq!(run["exact"], true, "{run}");
         assert_eq!(run["served"], 60, "{run}");
         assert_eq!(run["final_stock"], 0, "{run}");

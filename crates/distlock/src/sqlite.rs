@@ -310,26 +310,34 @@ fn live_row(
     .optional()
 }
 
-/// `Some(Held)` when `name` is held by another owner or, in fair mode, free but reserved for
-/// another's ticket; `None` when `owner` may go on and take (or re-enter) it.
-fn busy(
+/// What an acquire attempt finds.
+enum Found {
+    /// Held by another owner or, in fair mode, free but reserved for another's ticket.
+    Busy(Acquired),
+    /// Held by `owner` already: (holds, fencing token).
+    Ours(i64, i64),
+    /// Free (or an expired row) and `owner`'s to take.
+    Free,
+}
+
+fn find(
     conn: &Connection,
     name: &str,
     owner: &str,
     fair: bool,
     now: i64,
-) -> rusqlite::Result<Option<Acquired>> {
+) -> rusqlite::Result<Found> {
     Ok(match live_row(conn, name, now)? {
-        Some((holder, _, _, expires_at)) if holder != owner => Some(Acquired::Held {
+        Some((holder, _, _, expires_at)) if holder != owner => Found::Busy(Acquired::Held {
             ttl: Some(Duration::from_millis(
                 u64::try_from(expires_at - now).unwrap_or(0),
             )),
         }),
-        Some(_) => None,
+        Some((_, holds, token, _)) => Found::Ours(holds, token),
         None if fair && queue_head(conn, name, now)?.is_some_and(|head| head != owner) => {
-            Some(Acquired::Held { ttl: None })
+            Found::Busy(Acquired::Held { ttl: None })
         }
-        None => None,
+        None => Found::Free,
     })
 }
 
@@ -411,18 +419,14 @@ impl Backend for SqliteBackend {
         self.run("acquire", move |conn| {
             // Look first, without the file's write lock: a lock held by another (the common
             // answer under contention) costs a read, which does not queue behind writers.
-            if let Some(busy) = busy(conn, &name, &owner, fair, now_ms())? {
-                return Ok(busy);
+            if let Found::Busy(held) = find(conn, &name, &owner, fair, now_ms())? {
+                return Ok(held);
             }
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
-            let acquired = match live_row(&tx, &name, now)? {
-                Some((holder, _, _, expires_at)) if holder != owner => Acquired::Held {
-                    ttl: Some(Duration::from_millis(
-                        u64::try_from(expires_at - now).unwrap_or(0),
-                    )),
-                },
-                Some((_, holds, token, _)) => {
+            let acquired = match find(&tx, &name, &owner, fair, now)? {
+                Found::Busy(held) => held,
+                Found::Ours(holds, token) => {
                     execute(
                         &tx,
                         "UPDATE distlock_locks
@@ -435,11 +439,7 @@ impl Backend for SqliteBackend {
                         holds: to_u32(holds + 1),
                     }
                 }
-                None if fair && queue_head(&tx, &name, now)?.is_some_and(|head| head != owner) => {
-                    // Free, but reserved for the waiter queued first.
-                    Acquired::Held { ttl: None }
-                }
-                None => {
+                Found::Free => {
                     // Free, or an expired row that is taken over in this transaction.
                     execute(&tx, "DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
                     if fair {
@@ -902,6 +902,41 @@ impl Drop for SqliteWaiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file made before doorbells gains the column; on Linux a waiter's ticket names its
+    /// handle's bell, so that a release can ring it.
+    #[tokio::test]
+    async fn tickets_carry_the_bell_also_in_files_made_before_bells() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE distlock_waiters (
+                     ticket INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,
+                     owner TEXT NOT NULL, seen_at_ms INTEGER NOT NULL)",
+            )
+            .unwrap();
+        let backend = SqliteBackend::open(path.to_str().unwrap()).await.unwrap();
+        let name = LockName::new("belled").unwrap();
+        let waiter = backend
+            .subscribe(&name, &Owner::new("test", 1), Duration::from_secs(1))
+            .await
+            .unwrap();
+        let bell: Option<String> = backend
+            .run("read", |conn| {
+                conn.query_row("SELECT bell FROM distlock_waiters", [], |row| row.get(0))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            bell.as_deref(),
+            backend.bell.as_ref().map(|bell| bell.name()),
+            "the ticket does not name the bell"
+        );
+        assert_eq!(bell.is_some(), cfg!(target_os = "linux"));
+        drop(waiter);
+    }
 
     #[test]
     fn urls_parse_or_say_what_is_wrong() {

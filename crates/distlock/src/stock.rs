@@ -91,6 +91,58 @@ impl Taken {
     }
 }
 
+/// The answer of [`StockStore::take_spread`]: what one step across several items saw and
+/// took.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spread {
+    /// Each item's quantity when the step ran, in the order the items were given.
+    pub quantities: Vec<u64>,
+    /// Units taken from each item, in the same order: all zero when the total was short.
+    pub parts: Vec<u64>,
+}
+
+impl Spread {
+    /// True when the units were taken.
+    pub fn is_taken(&self) -> bool {
+        self.parts.iter().any(|&part| part > 0)
+    }
+
+    /// Units in all the items together when the step ran.
+    pub fn total(&self) -> u64 {
+        self.quantities
+            .iter()
+            .fold(0, |sum, &q| sum.saturating_add(q))
+    }
+}
+
+/// How `n` units are taken from items holding `quantities`: from the fullest first (the lower
+/// index on a tie), all zero when the total is short.
+#[cfg_attr(
+    not(any(feature = "sqlite", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
+pub(crate) fn plan_spread(quantities: &[u64], n: u64) -> Vec<u64> {
+    let mut parts = vec![0; quantities.len()];
+    if quantities
+        .iter()
+        .fold(0u64, |sum, &q| sum.saturating_add(q))
+        < n
+    {
+        return parts;
+    }
+    let mut order: Vec<usize> = (0..quantities.len()).collect();
+    order.sort_by_key(|&i| (std::cmp::Reverse(quantities[i]), i));
+    let mut left = n;
+    for i in order {
+        if left == 0 {
+            break;
+        }
+        parts[i] = left.min(quantities[i]);
+        left -= parts[i];
+    }
+    parts
+}
+
 /// Where items' quantities live. Reads and writes made under a lock carry its fencing token;
 /// the store refuses a token older than the newest it has seen for the item.
 #[async_trait]
@@ -108,6 +160,40 @@ pub trait StockStore: Send + Sync + 'static {
     async fn take_atomic(&self, item: &str, n: u64) -> Result<Taken>;
     /// Adds `n` units in one atomic step.
     async fn add_atomic(&self, item: &str, n: u64) -> Result<u64>;
+
+    /// Takes `n` units from `items` together, from the fullest first, all or nothing: the
+    /// atomic [`SegmentedStock`]'s order that no one segment can serve.
+    ///
+    /// The stores of this crate do it in one atomic step (one script, one transaction), so
+    /// an order is refused only when the items' total really was short. This default, for
+    /// other stores, takes item by item with [`take_atomic`](Self::take_atomic) and puts
+    /// back what it took when the total is short: not atomic, so while it runs another order
+    /// can see less stock than there is, and be refused although the total sufficed.
+    async fn take_spread(&self, items: &[String], n: u64) -> Result<Spread> {
+        let mut spread = Spread {
+            quantities: Vec::with_capacity(items.len()),
+            parts: vec![0; items.len()],
+        };
+        let mut left = n;
+        for (i, item) in items.iter().enumerate() {
+            let quantity = self.quantity(item).await?;
+            spread.quantities.push(quantity);
+            let part = left.min(quantity);
+            if part > 0 && self.take_atomic(item, part).await?.is_taken() {
+                spread.parts[i] = part;
+                left -= part;
+            }
+        }
+        if left > 0 {
+            for (item, part) in items.iter().zip(&mut spread.parts) {
+                if *part > 0 {
+                    self.add_atomic(item, *part).await?;
+                    *part = 0;
+                }
+            }
+        }
+        Ok(spread)
+    }
 
     /// The pessimistic strategy: in one transaction, read the quantity with a row lock
     /// (`SELECT ... FOR UPDATE`), run `work` while the row is locked, then write. Stores
@@ -950,36 +1036,35 @@ impl SegmentedStock {
 
     /// Takes segment by segment in atomic steps; puts everything back when the total is short.
     async fn take_from_all_atomic(&self, n: u64) -> Result<SegmentedTaken> {
-        let mut left = n;
-        let mut taken: Vec<(usize, u64)> = Vec::new();
-        let mut seen = 0u64;
-        for (i, segment) in self.segments.iter().enumerate() {
-            if left == 0 {
-                break;
+        let items: Vec<String> = self.segments.iter().map(|s| s.item.clone()).collect();
+        let spread = self.segments[0].store.take_spread(&items, n).await?;
+        for (i, (quantity, part)) in spread.quantities.iter().zip(&spread.parts).enumerate() {
+            self.hints.saw(i, quantity.saturating_sub(*part));
+        }
+        Ok(if spread.is_taken() {
+            SegmentedTaken::Taken {
+                segments: u32::try_from(spread.parts.iter().filter(|&&p| p > 0).count())
+                    .unwrap_or(u32::MAX),
             }
-            let quantity = segment.available().await?;
-            self.hints.saw(i, quantity);
-            seen += quantity;
-            let part = left.min(quantity);
-            if part > 0 {
-                let answer = segment.store.take_atomic(&segment.item, part).await?;
-                self.hints.learn(i, &answer);
-                if answer.is_taken() {
-                    taken.push((i, part));
-                    left -= part;
-                }
+        } else {
+            SegmentedTaken::SoldOut {
+                available: spread.total(),
             }
-        }
-        if left == 0 {
-            return Ok(SegmentedTaken::Taken {
-                segments: u32::try_from(taken.len()).unwrap_or(u32::MAX),
-            });
-        }
-        for (i, part) in taken {
-            let segment = &self.segments[i];
-            let units = segment.store.add_atomic(&segment.item, part).await?;
-            self.hints.saw(i, units);
-        }
-        Ok(SegmentedTaken::SoldOut { available: seen })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spread_takes_from_the_fullest_first_or_nothing() {
+        assert_eq!(plan_spread(&[5, 9, 2], 12), [3, 9, 0]);
+        assert_eq!(plan_spread(&[4, 4, 4], 5), [4, 1, 0]);
+        assert_eq!(plan_spread(&[4, 4, 4], 12), [4, 4, 4]);
+        assert_eq!(plan_spread(&[4, 4, 4], 13), [0, 0, 0]);
+        assert_eq!(plan_spread(&[], 1), Vec::<u64>::new());
+        assert_eq!(plan_spread(&[u64::MAX, u64::MAX], u64::MAX), [u64::MAX, 0]);
     }
 }

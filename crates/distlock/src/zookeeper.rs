@@ -586,7 +586,11 @@ impl Shared {
         };
         // A one-off attempt first looks: when anyone holds or waits, it would only queue
         // and leave again, two writes the ensemble must log and sync, for the same answer.
-        if waiter.is_none() && !self.queue(&session, &lock).await?.is_empty() {
+        // A failed look (a lost connection) is no answer: the attempt goes on to queue, which
+        // handles a lost connection.
+        if waiter.is_none()
+            && matches!(self.queue(&session, &lock).await, Ok(line) if !line.is_empty())
+        {
             return Ok(Acquired::Held { ttl: None });
         }
         let node = match queued_node {

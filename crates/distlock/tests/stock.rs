@@ -433,6 +433,106 @@ async fn concurrent_large_orders_do_not_deadlock() {
     }
 }
 
+/// Ten orders of 12 at once on 30 units in 4 segments (no segment can serve one): exactly two
+/// are served, and every refusal reports the 6 units truly left. A handle's orders that need
+/// every segment take turns, and those that waited answer from a look that began after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_orders_larger_than_any_segment_sell_exactly() {
+    for kind in ["redis-lock", "sqlite-lock", "atomic"] {
+        let dir = tempfile::tempdir().unwrap();
+        let item = item("sweeps");
+        let stock = segmented(kind, dir.path(), &item, 4, 1).await.remove(0);
+        stock.create(30).await.unwrap();
+        let orders: Vec<_> = (0..10)
+            .map(|_| {
+                let stock = stock.clone();
+                tokio::spawn(async move { stock.take(12).await.unwrap() })
+            })
+            .collect();
+        let mut served = 0;
+        for order in orders {
+            match order.await.unwrap() {
+                SegmentedTaken::Taken { .. } => served += 1,
+                SegmentedTaken::SoldOut { available } => {
+                    assert_eq!(available, 6, "{kind}: a refusal saw a total that never was");
+                }
+            }
+        }
+        assert_eq!(served, 2, "{kind}");
+        assert_eq!(stock.available().await.unwrap(), 6, "{kind}");
+    }
+}
+
+/// A handle whose orders saw every segment empty still serves orders once another client
+/// restocks: what a handle remembers only orders its search, it never answers sold out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handle_that_saw_sold_out_sells_what_another_client_restocks() {
+    for kind in ["redis-lock", "sqlite-lock", "atomic"] {
+        let dir = tempfile::tempdir().unwrap();
+        let item = item("restocked");
+        let views = segmented(kind, dir.path(), &item, 10, 2).await;
+        views[0].create(20).await.unwrap();
+        let take_all = |count: usize| {
+            let orders: Vec<_> = (0..count)
+                .map(|_| {
+                    let stock = views[0].clone();
+                    tokio::spawn(async move { stock.take(1).await.unwrap() })
+                })
+                .collect();
+            async move {
+                let mut served = 0;
+                for order in orders {
+                    served += usize::from(order.await.unwrap().is_taken());
+                }
+                served
+            }
+        };
+        assert_eq!(take_all(28).await, 20, "{kind}");
+        assert_eq!(take_all(8).await, 0, "{kind}");
+        views[1].restock(3).await.unwrap();
+        assert_eq!(take_all(5).await, 3, "{kind}: restocked units not sold");
+        assert_eq!(views[1].available().await.unwrap(), 0, "{kind}");
+    }
+}
+
+/// One step across several items, on every store: taken from the fullest first, all or
+/// nothing, and a missing item is an input error that takes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spread_takes_from_the_fullest_first_all_or_nothing_on_every_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores: Vec<Arc<dyn StockStore>> = vec![
+        Arc::new(SqliteStockStore::open(dir.path().join("stock.db")).unwrap()),
+        Arc::new(RedisStockStore::connect(&redis_url()).await.unwrap()),
+        Arc::new(SqlStockStore::connect(&postgres_url(), 2).await.unwrap()),
+        Arc::new(SqlStockStore::connect(&mysql_url(), 2).await.unwrap()),
+    ];
+    for store in stores {
+        let kind = store.kind();
+        let items: Vec<String> = ["a", "b", "c"].map(item).to_vec();
+        for (item, quantity) in items.iter().zip([5, 9, 2]) {
+            store.set(item, quantity).await.unwrap();
+        }
+        let spread = store.take_spread(&items, 12).await.unwrap();
+        assert_eq!(spread.quantities, [5, 9, 2], "{kind}");
+        assert_eq!(spread.parts, [3, 9, 0], "{kind}");
+        assert!(spread.is_taken(), "{kind}");
+        let short = store.take_spread(&items, 5).await.unwrap();
+        assert_eq!(
+            (short.quantities.clone(), short.total()),
+            (vec![2, 0, 2], 4),
+            "{kind}"
+        );
+        assert!(!short.is_taken(), "{kind}: {short:?}");
+        let mut with_missing = items.clone();
+        with_missing.push(item("missing"));
+        let err = store.take_spread(&with_missing, 1).await.unwrap_err();
+        assert!(err.is_invalid_input(), "{kind}: {err}");
+        for (item, quantity) in items.iter().zip([2, 0, 2]) {
+            assert_eq!(store.quantity(item).await.unwrap(), quantity, "{kind}");
+        }
+    }
+}
+
 #[test]
 fn segment_counts_are_checked() {
     let dir = tempfile::tempdir().unwrap();

@@ -166,8 +166,8 @@ async fn nodes_follow_curators_layout_and_exclude_a_curator_client() {
 }
 
 /// A TCP proxy between a client and one ZooKeeper server that can lose a reply: armed, it
-/// passes the client's next request to the server, then cuts the connection before the reply
-/// comes back. It can also refuse every connection for a while (a partition).
+/// passes the client's next create request to the server, then cuts the connection before
+/// the reply comes back. It can also refuse every connection for a while (a partition).
 struct Proxy {
     port: u16,
     arm: Arc<AtomicBool>,
@@ -242,7 +242,14 @@ async fn pipe(
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            let armed = arm.swap(false, Ordering::SeqCst);
+            // A request is its length (4 bytes), xid (4) and opcode (4): create is 1, create2
+            // 15, createContainer 19, createTTL 21.
+            let create = n >= 12
+                && matches!(
+                    i32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]),
+                    1 | 15 | 19 | 21
+                );
+            let armed = create && arm.swap(false, Ordering::SeqCst);
             if armed {
                 swallow.store(true, Ordering::SeqCst);
             }

@@ -185,3 +185,49 @@ async fn listen(socket: tokio::net::UnixDatagram, rings: Arc<Rings>) {
         }
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A ring from one handle's bell reaches the waiters of that lock at another's, and only
+    /// those; a ring to a bell that is gone is dropped quietly.
+    #[tokio::test]
+    async fn a_ring_wakes_the_waiters_of_that_lock_only() {
+        let (waiting, releasing) = (Bell::open().unwrap(), Bell::open().unwrap());
+        assert_ne!(waiting.name(), releasing.name());
+        let for_a = waiting.listen("a");
+        let for_b = waiting.listen("b");
+        let (notify_a, notify_b) = (for_a.notify(), for_b.notify());
+        let (rung_a, rung_b) = (notify_a.notified(), notify_b.notified());
+        tokio::pin!(rung_a, rung_b);
+        rung_a.as_mut().enable();
+        rung_b.as_mut().enable();
+        releasing.ring(waiting.name(), "a");
+        tokio::time::timeout(Duration::from_secs(5), &mut rung_a)
+            .await
+            .expect("the ring for a did not arrive");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut rung_b)
+                .await
+                .is_err(),
+            "a ring for a woke the waiters of b"
+        );
+        // A handle rings its own waiters without a datagram.
+        let rung_b_locally = notify_b.notified();
+        tokio::pin!(rung_b_locally);
+        rung_b_locally.as_mut().enable();
+        waiting.ring(waiting.name(), "b");
+        tokio::time::timeout(Duration::from_secs(5), rung_b_locally)
+            .await
+            .expect("a local ring did not arrive");
+        let gone = Bell::open().unwrap();
+        let gone_name = gone.name().to_owned();
+        drop(gone);
+        releasing.ring(&gone_name, "a");
+        // Listeners leave the map when dropped.
+        drop((for_a, for_b));
+        assert!(waiting.rings.by_lock().is_empty());
+    }
+}

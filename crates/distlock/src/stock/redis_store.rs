@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 
-use super::{StockStore, Taken, fenced, missing_item};
+use super::{Spread, StockStore, Taken, fenced, missing_item};
 use crate::error::{Error, Result};
 
 const SCHEME: &str = "redis";
@@ -38,6 +38,45 @@ if quantity == nil then return {-1} end
 local n = tonumber(ARGV[1])
 if quantity < n then return {0, quantity} end
 return {1, redis.call('hincrby', KEYS[1], 'quantity', -n)}";
+
+/// Takes ARGV[1] units from the items KEYS together, fullest first (the lower index on a
+/// tie), all or nothing. `{1, q1, p1, q2, p2, ...}` with each item's quantity before and the
+/// part taken (all parts 0 when the total is short), `{-1, i}` when item i is missing.
+const TAKE_SPREAD: &str = r"
+local n = tonumber(ARGV[1])
+local q, total = {}, 0
+for i, k in ipairs(KEYS) do
+  local v = tonumber(redis.call('hget', k, 'quantity'))
+  if v == nil then return {-1, i} end
+  q[i] = v
+  total = total + v
+end
+local parts = {}
+for i = 1, #KEYS do parts[i] = 0 end
+if total >= n then
+  local order = {}
+  for i = 1, #KEYS do order[i] = i end
+  table.sort(order, function(a, b)
+    if q[a] ~= q[b] then return q[a] > q[b] end
+    return a < b
+  end)
+  local left = n
+  for _, i in ipairs(order) do
+    if left == 0 then break end
+    local part = math.min(left, q[i])
+    if part > 0 then
+      redis.call('hincrby', KEYS[i], 'quantity', -part)
+      parts[i] = part
+      left = left - part
+    end
+  end
+end
+local reply = {1}
+for i = 1, #KEYS do
+  reply[#reply + 1] = q[i]
+  reply[#reply + 1] = parts[i]
+end
+return reply";
 
 /// `{1, total}` after adding ARGV[1], `{-1}` when there is no such item.
 const ADD: &str = r"
@@ -179,6 +218,36 @@ impl StockStore for RedisStockStore {
         match self.run(ADD, item, &[n], "restock").await? {
             (1, total) => Ok(to_u64(total)),
             _ => Err(missing_item(item)),
+        }
+    }
+
+    async fn take_spread(&self, items: &[String], n: u64) -> Result<Spread> {
+        let script = Script::new(TAKE_SPREAD);
+        let mut invocation = script.prepare_invoke();
+        for item in items {
+            invocation.key(key(item));
+        }
+        invocation.arg(n);
+        let reply: Vec<i64> = invocation
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(redis_error("take stock from several items"))?;
+        match reply.first() {
+            Some(1) if reply.len() == 1 + 2 * items.len() => Ok(Spread {
+                quantities: reply[1..].iter().step_by(2).map(|&q| to_u64(q)).collect(),
+                parts: reply[2..].iter().step_by(2).map(|&p| to_u64(p)).collect(),
+            }),
+            Some(-1) => {
+                let i = reply.get(1).and_then(|&i| usize::try_from(i - 1).ok());
+                Err(missing_item(
+                    i.and_then(|i| items.get(i)).map_or("?", |s| s),
+                ))
+            }
+            _ => Err(Error::backend(
+                SCHEME,
+                "take stock from several items",
+                format!("the script answered {reply:?}"),
+            )),
         }
     }
 }

@@ -11,7 +11,7 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 #[cfg(feature = "postgres")]
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::{StockStore, Taken, Work, fenced, missing_item};
+use super::{Spread, StockStore, Taken, Work, fenced, missing_item, plan_spread};
 use crate::error::{Error, Result};
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_stock (
@@ -312,6 +312,48 @@ impl StockStore for SqlStockStore {
             )
             .await?;
         total.map(to_u64).ok_or_else(|| missing_item(item))
+    }
+
+    async fn take_spread(&self, items: &[String], n: u64) -> Result<Spread> {
+        // One transaction locks the items' rows in item order (so two such orders queue
+        // instead of deadlocking), reads them, and writes the parts taken.
+        let select = self.sql(&format!(
+            "SELECT item, quantity FROM distlock_stock WHERE item IN ({}) ORDER BY item \
+             FOR UPDATE",
+            vec!["?"; items.len()].join(", ")
+        ));
+        let update = self
+            .sql("UPDATE distlock_stock SET quantity = ?, version = version + 1 WHERE item = ?");
+        let outcome = on_pool!(self, pool => {
+            let mut tx = pool.begin().await?;
+            let mut query = sqlx::query_as::<_, (String, i64)>(&select);
+            for item in items {
+                query = query.bind(item.as_str());
+            }
+            let rows = query.fetch_all(&mut *tx).await?;
+            let found: std::collections::HashMap<String, i64> = rows.into_iter().collect();
+            match items.iter().find(|item| !found.contains_key(*item)) {
+                Some(missing) => Err(missing.clone()),
+                None => {
+                    let quantities: Vec<u64> =
+                        items.iter().map(|item| to_u64(found[item])).collect();
+                    let parts = plan_spread(&quantities, n);
+                    for ((item, &quantity), &part) in items.iter().zip(&quantities).zip(&parts) {
+                        if part > 0 {
+                            sqlx::query(&update)
+                                .bind(to_i64(quantity - part))
+                                .bind(item.as_str())
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                    }
+                    tx.commit().await?;
+                    Ok(Spread { quantities, parts })
+                }
+            }
+        })
+        .map_err(self.error("take stock from several items"))?;
+        outcome.map_err(|missing| missing_item(&missing))
     }
 
     async fn take_row_locked(&self, item: &str, n: u64, work: Work<'_>) -> Result<Taken> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{StockStore, Taken, fenced, missing_item};
+use super::{Spread, StockStore, Taken, fenced, missing_item, plan_spread};
 use crate::error::{Error, Result};
 
 const SCHEME: &str = "sqlite";
@@ -260,6 +260,41 @@ impl StockStore for SqliteStockStore {
                 .optional()
                 .map_err(db_error("restock"))?;
             total.map(to_u64).ok_or_else(|| missing_item(&item))
+        })
+        .await
+    }
+
+    async fn take_spread(&self, items: &[String], n: u64) -> Result<Spread> {
+        let items = items.to_vec();
+        self.with(move |c| {
+            let tx =
+                rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
+                    .map_err(db_error("take stock from several items"))?;
+            let mut quantities = Vec::with_capacity(items.len());
+            for item in &items {
+                let quantity: Option<i64> = tx
+                    .query_row(
+                        "SELECT quantity FROM distlock_stock WHERE item = ?1",
+                        [item],
+                        |row| row.get(0),
+                    )
+                    .optional()
+                    .map_err(db_error("read the stock"))?;
+                quantities.push(to_u64(quantity.ok_or_else(|| missing_item(item))?));
+            }
+            let parts = plan_spread(&quantities, n);
+            for ((item, &quantity), &part) in items.iter().zip(&quantities).zip(&parts) {
+                if part > 0 {
+                    tx.execute(
+                        "UPDATE distlock_stock SET quantity = ?2 WHERE item = ?1",
+                        params![item, to_i64(quantity - part)],
+                    )
+                    .map_err(db_error("take stock from several items"))?;
+                }
+            }
+            tx.commit()
+                .map_err(db_error("take stock from several items"))?;
+            Ok(Spread { quantities, parts })
         })
         .await
     }
