@@ -605,9 +605,10 @@ impl SegmentedTaken {
 /// One item's stock split into segments, each with its own lock (MISSION §10), so that orders
 /// for a hot item proceed in parallel: with N segments, up to N orders hold a lock at once.
 ///
-/// * An order starts at a random segment and looks for one whose lock is free right now and
-///   that has enough; then it waits in turn for the busy ones (skipping those it found
-///   short), until every segment was tried.
+/// * An order starts at a random segment and tries (without waiting) those whose lock may be
+///   free right now and that may have enough, up to [`SegmentedStock::tries`]; then it
+///   waits in turn for the others (skipping those it found short), until every segment was
+///   tried.
 /// * A handle remembers, for itself and its clones, which segments its own orders are at and
 ///   what each segment held when it last looked. An order does not try a segment another
 ///   order of the same handle holds, waits where the fewest of them wait, and leaves the
@@ -615,7 +616,11 @@ impl SegmentedTaken {
 ///   tasks of a process to get this; the hints never decide an answer.
 /// * An order no single segment can serve locks **all** segments, always in index order (so
 ///   two such orders cannot deadlock), reads the true total, and takes from several segments
-///   or answers sold out. Sold out is answered only when the total is really short.
+///   or answers sold out. Sold out is answered only when the total is really short. A handle
+///   runs one such order at a time; an order that waited for it answers sold out from it
+///   when that order began after this one and left too little (the moment it held every
+///   lock lies within both orders). The atomic variant does the same in one step of the
+///   store ([`StockStore::take_spread`]).
 ///
 /// What it costs: the segments drain unevenly (an order for 1 can find its first segments
 /// empty and walks on), a multi-segment order waits for every segment's lock, and
@@ -629,6 +634,8 @@ pub struct SegmentedStock {
     segments: Vec<Stock>,
     hints: Arc<Hints>,
     sweeps: Arc<Sweeps>,
+    /// See [`SegmentedStock::tries`].
+    tries: usize,
 }
 
 /// The orders of one handle that lock every segment (see [`SegmentedStock::sweep`]).
@@ -658,6 +665,14 @@ struct Hints {
     seen: Vec<AtomicU64>,
 }
 
+/// How many segments an order tries (`try_acquire`) before it waits for one, on PostgreSQL
+/// and MySQL. A try that finds the lock busy still costs a round trip, which there queues on
+/// the client's one primary lock connection: in the hot-item scenario PostgreSQL sold 15.7x
+/// faster than one lock when orders tried every segment, 17.2x to 17.4x with 1 to 3 tries,
+/// 16.4x with none. Redis sold as fast with 2 tries as with all, and the Redis spin lock,
+/// whose waiting is polling, 17.4x with 2 against 18.9x with all.
+const SESSION_TRIES: usize = 2;
+
 /// A segment no order of this handle has looked at yet.
 const UNSEEN: u64 = u64::MAX;
 
@@ -672,11 +687,6 @@ impl Hints {
     /// Whether segment `i` may still have `n` units, as far as this handle knows.
     fn may_serve(&self, i: usize, n: u64) -> bool {
         self.seen[i].load(Ordering::Relaxed) >= n
-    }
-
-    /// Units segment `i` had when this handle last looked ([`UNSEEN`] if never).
-    fn units(&self, i: usize) -> u64 {
-        self.seen[i].load(Ordering::Relaxed)
     }
 
     fn saw(&self, i: usize, units: u64) {
@@ -728,6 +738,10 @@ fn check_segments(segments: u32) -> Result<()> {
 impl SegmentedStock {
     /// Segments locked with `locks` (any backend).
     ///
+    /// Orders try up to [`tries`](Self::tries) segments without waiting before they wait:
+    /// two on PostgreSQL and MySQL, whose tries queue on one connection per client, every
+    /// segment on the other backends.
+    ///
     /// # Errors
     /// [`Error::InvalidInput`] for a bad item name or segment count.
     pub fn locked(
@@ -745,12 +759,15 @@ impl SegmentedStock {
                 .collect::<Result<_>>()?,
             hints: Hints::new(segments as usize),
             sweeps: Arc::default(),
+            tries: match locks.backend_scheme() {
+                "postgres" | "mysql" => SESSION_TRIES,
+                _ => segments as usize,
+            },
         })
     }
 
-    /// Segments taken from in one atomic store step each, without locks. A multi-segment
-    /// order takes segment by segment and puts back what it took when the total is short,
-    /// so others may briefly see less stock than there is (never more).
+    /// Segments taken from in one atomic store step each, without locks. An order no one
+    /// segment can serve is one step across all segments ([`StockStore::take_spread`]).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a bad item name or segment count.
@@ -764,7 +781,16 @@ impl SegmentedStock {
                 .collect::<Result<_>>()?,
             hints: Hints::new(segments as usize),
             sweeps: Arc::default(),
+            tries: 0,
         })
+    }
+
+    /// How many segments a locked order tries (`try_acquire`) before it waits for one; 0
+    /// makes orders wait on their first segment at once.
+    #[must_use]
+    pub fn tries(mut self, tries: usize) -> Self {
+        self.tries = tries;
+        self
     }
 
     /// How long an order waits for each lock.
@@ -881,14 +907,16 @@ impl SegmentedStock {
             .collect();
         if self.segments[0].lock.is_some() {
             // First a segment whose lock is free now, passing those this handle's own orders
-            // hold or wait for: they are busy for sure.
+            // hold or wait for: they are busy for sure. At most `self.tries` of them.
             let mut k = 0;
-            while k < left.len() {
+            let mut tries = 0;
+            while k < left.len() && tries < self.tries {
                 let i = left[k];
                 if self.hints.crowd(i) > 0 {
                     k += 1;
                     continue;
                 }
+                tries += 1;
                 let tried = {
                     let _visit = self.hints.visit(i);
                     self.segments[i].try_take_with(n, work()).await?
@@ -906,12 +934,8 @@ impl SegmentedStock {
             }
         }
         // Then wait, each time for the segment the fewest of this handle's orders are at, so
-        // that its orders spread over the segments instead of queueing on a few; of those,
-        // the one it saw fullest, so that the segments drain evenly and run dry together.
-        while let Some(k) = (0..left.len()).min_by_key(|&k| {
-            let i = left[k];
-            (self.hints.crowd(i), std::cmp::Reverse(self.hints.units(i)))
-        }) {
+        // that its orders spread over the segments instead of queueing on a few.
+        while let Some(k) = (0..left.len()).min_by_key(|&k| self.hints.crowd(left[k])) {
             let i = left.remove(k);
             let taken = {
                 let _visit = self.hints.visit(i);
