@@ -417,11 +417,6 @@ impl Backend for SqliteBackend {
         let lease_ms = millis(lease);
         let fair = self.fair;
         self.run("acquire", move |conn| {
-            // Look first, without the file's write lock: a lock held by another (the common
-            // answer under contention) costs a read, which does not queue behind writers.
-            if let Found::Busy(held) = find(conn, &name, &owner, fair, now_ms())? {
-                return Ok(held);
-            }
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
             let acquired = match find(&tx, &name, &owner, fair, now)? {
