@@ -13,10 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cli::DemoArgs;
 use crate::failure::{CliResult, Failure};
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-use crate::sql_store::SqlStore;
-use crate::store::{Bought, ITEM, OPTIMISTIC_ATTEMPTS, Store};
 use crate::workers::{self, Fleet};
+use distlock::stock::{SqliteStockStore, Stock, StockStore, Taken, Work};
 
 /// The strategies, in the order the table shows them.
 const STRATEGIES: &[(&str, &str)] = &[
@@ -292,110 +290,129 @@ async fn check_backend(url: &str) -> Result<(), String> {
     }
 }
 
-/// The stock a strategy sells from: the SQLite file, a PostgreSQL/MySQL table, or Redis
-/// keys sold from by the library's atomic script.
-#[derive(Clone)]
-enum Stock {
-    Sqlite(Store),
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    Sql(SqlStore),
-    #[cfg(feature = "redis")]
-    Redis(distlock::stock::Stock),
+/// The item every run on the SQLite file sells (runs on a server get an item of their own).
+const ITEM: &str = "iphone";
+
+/// How many times an optimistic buyer tries before it gives up.
+const OPTIMISTIC_ATTEMPTS: u32 = distlock::stock::DEFAULT_ATTEMPTS;
+
+/// What one purchase came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bought {
+    Accepted,
+    /// Out of stock.
+    Refused,
+    /// Optimistic only: every attempt lost its race.
+    GaveUp,
 }
 
-impl Stock {
-    /// The stock of `strategy`: the SQLite file at `db`, or this run's row in its database.
+impl From<Taken> for Bought {
+    fn from(taken: Taken) -> Self {
+        match taken {
+            Taken::Taken { .. } => Bought::Accepted,
+            Taken::SoldOut { .. } => Bought::Refused,
+            Taken::GaveUp { .. } => Bought::GaveUp,
+        }
+    }
+}
+
+/// The stock a strategy sells from, in a `distlock::stock` store: the SQLite file, a
+/// PostgreSQL or MySQL table, or Redis.
+#[derive(Clone)]
+struct DemoStock {
+    store: Arc<dyn StockStore>,
+    item: String,
+}
+
+impl DemoStock {
+    /// The stock of a strategy: the SQLite file at `db`, or `item` on the server `store_url`.
     async fn open(
         db: &Path,
         store_url: Option<&str>,
         item: &str,
         connections: u32,
     ) -> CliResult<Self> {
-        match store_url {
-            None => Ok(Stock::Sqlite(Store::open(db)?)),
+        let store: Arc<dyn StockStore> = match store_url {
+            None => Arc::new(SqliteStockStore::open(db)?),
             #[cfg(feature = "redis")]
             Some(url) if url.starts_with("redis") => {
-                let store = distlock::stock::RedisStockStore::connect(url).await?;
-                Ok(Stock::Redis(distlock::stock::Stock::atomic(
-                    Arc::new(store),
-                    item,
-                )?))
+                Arc::new(distlock::stock::RedisStockStore::connect(url).await?)
             }
             #[cfg(any(feature = "postgres", feature = "mysql"))]
-            Some(url) => Ok(Stock::Sql(SqlStore::open(url, item, connections).await?)),
+            Some(url) => Arc::new(distlock::stock::SqlStockStore::connect(url, connections).await?),
             #[cfg(not(any(feature = "postgres", feature = "mysql")))]
             Some(url) => {
-                let _ = (item, connections);
-                Err(Failure::usage(format!(
-                    "{url}: this distlock was built without the postgres and mysql features"
-                )))
+                let _ = connections;
+                return Err(Failure::usage(format!(
+                    "{url}: this distlock was built without the feature for this server"
+                )));
             }
-        }
+        };
+        Ok(DemoStock {
+            store,
+            item: item.to_owned(),
+        })
     }
 
-    async fn set(&self, quantity: i64) -> CliResult {
-        match self {
-            Stock::Sqlite(store) => store.set(quantity).await,
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            Stock::Sql(store) => store.set(quantity).await,
-            #[cfg(feature = "redis")]
-            Stock::Redis(stock) => Ok(stock.create(u64::try_from(quantity).unwrap_or(0)).await?),
-        }
+    async fn set(&self, quantity: u64) -> CliResult {
+        Ok(self.store.set(&self.item, quantity).await?)
     }
 
-    async fn read(&self) -> CliResult<i64> {
-        match self {
-            Stock::Sqlite(store) => store.read().await,
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            Stock::Sql(store) => store.read().await,
-            #[cfg(feature = "redis")]
-            Stock::Redis(stock) => Ok(i64::try_from(stock.available().await?).unwrap_or(i64::MAX)),
-        }
+    async fn read(&self) -> CliResult<u64> {
+        Ok(self.store.quantity(&self.item).await?)
     }
 
+    /// Removes a run's own item from a server; the SQLite file is the run's to keep or drop.
     async fn remove(&self) -> CliResult {
-        match self {
-            Stock::Sqlite(_) => Ok(()),
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            Stock::Sql(store) => store.remove().await,
-            #[cfg(feature = "redis")]
-            Stock::Redis(_) => Ok(()),
-        }
+        self.store.remove(&self.item).await?;
+        Ok(())
     }
 
-    /// One purchase of one unit under `protection` (a lock around it is the caller's).
-    async fn buy(&self, protection: Protection, hold: Duration) -> CliResult<Bought> {
-        match self {
-            Stock::Sqlite(store) => match protection {
-                Protection::RowLock | Protection::Version | Protection::Atomic => {
-                    Err(Failure::usage(
-                        "row locks, version checks and atomic steps need a server's stock",
-                    ))
-                }
-                _ => buy(store, hold).await,
-            },
-            #[cfg(feature = "redis")]
-            Stock::Redis(stock) => {
-                let taken = stock.take(1).await?;
-                // The business work runs after the step: nothing of it can be inside.
-                tokio::time::sleep(hold).await;
-                Ok(match taken {
-                    distlock::stock::Taken::Taken { .. } => Bought::Accepted,
-                    distlock::stock::Taken::SoldOut { .. } => Bought::Refused,
-                    distlock::stock::Taken::GaveUp { .. } => Bought::GaveUp,
-                })
+    /// How a buyer of `strategy` orders: the library's protected `Stock`, or `None` for the
+    /// unprotected read, think, write.
+    fn buyer(
+        &self,
+        strategy: Strategy,
+        locks: Option<&distlock::Locks>,
+    ) -> CliResult<Option<Stock>> {
+        let (store, item) = (self.store.clone(), self.item.as_str());
+        Ok(match strategy.protection() {
+            Protection::Nothing | Protection::ProcessMutex => None,
+            Protection::Lock => {
+                let locks = locks.ok_or_else(|| {
+                    Failure::usage(format!("strategy {} needs --lock-url", strategy.name()))
+                })?;
+                Some(Stock::locked(store, locks, item)?)
             }
-            #[cfg(any(feature = "postgres", feature = "mysql"))]
-            Stock::Sql(store) => match protection {
-                Protection::RowLock => store.buy_pessimistic(hold).await,
-                Protection::Version => store.buy_optimistic(hold).await,
-                Protection::Atomic => Err(Failure::usage(
-                    "the atomic step is the Redis stock's; SQL stocks use row locks or versions",
-                )),
-                _ => store.buy_plain(hold).await,
-            },
-        }
+            Protection::RowLock => Some(Stock::pessimistic(store, item)?),
+            Protection::Version => Some(Stock::optimistic(store, item, OPTIMISTIC_ATTEMPTS)?),
+            Protection::Atomic => Some(Stock::atomic(store, item)?),
+        })
     }
+
+    /// The unprotected purchase of one unit: read, spend the critical section, write back
+    /// what was read minus one. What a lock has to protect.
+    async fn buy_unprotected(&self, hold: Duration) -> CliResult<Bought> {
+        let quantity = self.read().await?;
+        tokio::time::sleep(hold).await;
+        if quantity < 1 {
+            return Ok(Bought::Refused);
+        }
+        self.set(quantity - 1).await?;
+        Ok(Bought::Accepted)
+    }
+}
+
+/// One protected purchase of one unit, the critical section inside the protection (for the
+/// atomic step, after it: nothing can be inside one store step).
+async fn buy(stock: &Stock, protection: Protection, hold: Duration) -> CliResult<Bought> {
+    if protection == Protection::Atomic {
+        let taken = stock.take(1).await?;
+        tokio::time::sleep(hold).await;
+        return Ok(taken.into());
+    }
+    let work: Work<'_> = Box::pin(async move { tokio::time::sleep(hold).await });
+    Ok(stock.take_with(1, work).await?.into())
 }
 
 /// Checks that a strategy's servers answer, so that a missing one is reported as a reason
@@ -414,7 +431,11 @@ async fn check_strategy(
     }
     #[cfg(any(feature = "postgres", feature = "mysql"))]
     if let Some(url) = store_url {
-        let opened = tokio::time::timeout(Duration::from_secs(3), SqlStore::check(url)).await;
+        let opened = tokio::time::timeout(
+            Duration::from_secs(3),
+            distlock::stock::SqlStockStore::connect(url, 1),
+        )
+        .await;
         return match opened {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
@@ -484,7 +505,7 @@ pub async fn run(args: DemoArgs) -> CliResult {
             Some(_) => format!("{ITEM}-{}-{:08x}", std::process::id(), fastrand::u32(..)),
             None => ITEM.to_owned(),
         };
-        let stock = Stock::open(&db, store_url.as_deref(), &item, 2).await?;
+        let stock = DemoStock::open(&db, store_url.as_deref(), &item, 2).await?;
         let outcome = run_strategy(&args, &db, &stock, strategy, url, store_url, &item).await;
         stock.remove().await?;
         let outcome = outcome?;
@@ -527,14 +548,14 @@ fn check_db_directory(path: &Path) -> CliResult {
 async fn run_strategy(
     args: &DemoArgs,
     db: &Path,
-    stock: &Stock,
+    stock: &DemoStock,
     strategy: Strategy,
     lock_url: Option<String>,
     store_url: Option<String>,
     item: &str,
 ) -> CliResult<Outcome> {
     let initial = i64::try_from(args.stock).map_err(Failure::usage)?;
-    stock.set(initial).await?;
+    stock.set(args.stock).await?;
     let workers = u64::from(args.workers);
     let argument_lists = (0..workers)
         .map(|index| {
@@ -578,7 +599,7 @@ async fn run_strategy(
         Duration::from_millis(args.orders.saturating_mul(per_order)) + Duration::from_secs(60);
     let reports: Vec<WorkerReport> = fleet.reports(limit).await?;
     let elapsed = start.elapsed().as_secs_f64();
-    let final_stock = stock.read().await?;
+    let final_stock = i64::try_from(stock.read().await?).unwrap_or(i64::MAX);
 
     let accepted: u64 = reports.iter().map(|r| r.accepted).sum();
     let refused: u64 = reports.iter().map(|r| r.refused).sum();
@@ -654,7 +675,7 @@ pub async fn worker(args: WorkerArgs) -> CliResult {
     let strategy = Strategy::parse(&args.strategy)?;
     let protection = strategy.protection();
     // Pessimistic buyers each keep a connection for their whole transaction.
-    let stock = Stock::open(
+    let stock = DemoStock::open(
         &args.db,
         args.store_url.as_deref(),
         &args.item,
@@ -679,33 +700,23 @@ pub async fn worker(args: WorkerArgs) -> CliResult {
     let mut tasks = Vec::new();
     for _ in 0..args.tasks {
         let stock = stock.clone();
-        let locks = locks.clone();
+        let buyer = stock.buyer(strategy, locks.as_ref())?;
         let process_mutex = process_mutex.clone();
         let remaining = remaining.clone();
-        let lock_name = format!("stock/{}", args.item);
         tasks.push(tokio::spawn(async move {
             let mut report = WorkerReport::default();
-            let lock = match &locks {
-                Some(locks) => Some(locks.mutex(lock_name)?),
-                None => None,
-            };
             while remaining
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
             {
-                let result = match &lock {
-                    Some(lock) => {
-                        let guard = lock.acquire().await?;
-                        // The business transaction commits before the lock is released.
-                        let bought = stock.buy(protection, hold).await;
-                        guard.release().await?;
-                        bought
-                    }
+                let result = match &buyer {
+                    // Under a lock the write is made before the lock is released.
+                    Some(buyer) => buy(buyer, protection, hold).await,
                     None if protection == Protection::ProcessMutex => {
                         let _guard = process_mutex.lock().await;
-                        stock.buy(protection, hold).await
+                        stock.buy_unprotected(hold).await
                     }
-                    None => stock.buy(protection, hold).await,
+                    None => stock.buy_unprotected(hold).await,
                 };
                 match result {
                     Ok(Bought::Accepted) => report.accepted += 1,
@@ -744,16 +755,4 @@ pub async fn worker(args: WorkerArgs) -> CliResult {
         }
     }
     workers::report(&total)
-}
-
-/// One purchase of one unit from the SQLite stock: read, spend the critical section, write
-/// back what was read minus one.
-async fn buy(store: &Store, hold: Duration) -> CliResult<Bought> {
-    let quantity = store.read().await?;
-    tokio::time::sleep(hold).await;
-    if quantity < 1 {
-        return Ok(Bought::Refused);
-    }
-    store.write(quantity - 1).await?;
-    Ok(Bought::Accepted)
 }

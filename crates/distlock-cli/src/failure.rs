@@ -46,12 +46,6 @@ impl From<distlock::Error> for Failure {
     }
 }
 
-impl From<rusqlite::Error> for Failure {
-    fn from(error: rusqlite::Error) -> Self {
-        Failure::Failed(format!("stock store: {error}"))
-    }
-}
-
 impl From<std::io::Error> for Failure {
     fn from(error: std::io::Error) -> Self {
         Failure::Failed(error.to_string())

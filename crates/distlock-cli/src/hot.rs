@@ -312,6 +312,8 @@ async fn run_one(
     let served: u64 = reports.iter().map(|r| r.served).sum();
     let sold_out: u64 = reports.iter().map(|r| r.sold_out).sum();
     let final_stock = stock.available().await?;
+    // The run's item is its own: leave nothing behind on the server.
+    stock.remove().await?;
     Ok(HotRun {
         lock: strategy.to_owned(),
         store: store_label(store_spec, args.sqlite_durability),

@@ -12,9 +12,6 @@ mod herd;
 mod hot;
 mod operator;
 mod progress;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-mod sql_store;
-mod store;
 mod workers;
 
 use std::io::IsTerminal;

@@ -161,6 +161,16 @@ pub trait StockStore: Send + Sync + 'static {
     /// Adds `n` units in one atomic step.
     async fn add_atomic(&self, item: &str, n: u64) -> Result<u64>;
 
+    /// Deletes the item and its fencing history; `false` when there was none. The stores of
+    /// this crate implement it; the default answers [`Error::Unsupported`].
+    async fn remove(&self, item: &str) -> Result<bool> {
+        let _ = item;
+        Err(Error::Unsupported {
+            backend: self.kind(),
+            operation: "removing an item",
+        })
+    }
+
     /// Takes `n` units from `items` together, from the fullest first, all or nothing: the
     /// atomic [`SegmentedStock`]'s order that no one segment can serve.
     ///
@@ -402,6 +412,16 @@ impl Stock {
     /// [`Error::InvalidInput`] when the item was never created; [`Error::Backend`].
     pub async fn available(&self) -> Result<u64> {
         self.store.quantity(&self.item).await
+    }
+
+    /// Deletes the item from the store (its quantity and fencing history); `false` when it
+    /// was not there. Orders afterwards fail with [`Error::InvalidInput`] until
+    /// [`create`](Self::create).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the store fails.
+    pub async fn remove(&self) -> Result<bool> {
+        self.store.remove(&self.item).await
     }
 
     /// Takes `n` units, or answers [`Taken::SoldOut`] without taking any. Never oversells.
@@ -843,6 +863,18 @@ impl SegmentedStock {
             total = total.saturating_add(units);
         }
         Ok(total)
+    }
+
+    /// Deletes every segment from the store; `false` when none was there.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the store fails.
+    pub async fn remove(&self) -> Result<bool> {
+        let mut any = false;
+        for segment in &self.segments {
+            any |= segment.remove().await?;
+        }
+        Ok(any)
     }
 
     /// Adds `n` units, spread over the segments from a random one on.

@@ -496,9 +496,9 @@ async fn a_handle_that_saw_sold_out_sells_what_another_client_restocks() {
 }
 
 /// One step across several items, on every store: taken from the fullest first, all or
-/// nothing, and a missing item is an input error that takes nothing.
+/// nothing, and a missing item is an input error that takes nothing. Then an item removed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spread_takes_from_the_fullest_first_all_or_nothing_on_every_store() {
+async fn spreads_and_removal_work_on_every_store() {
     let dir = tempfile::tempdir().unwrap();
     let stores: Vec<Arc<dyn StockStore>> = vec![
         Arc::new(SqliteStockStore::open(dir.path().join("stock.db")).unwrap()),
@@ -530,6 +530,11 @@ async fn a_spread_takes_from_the_fullest_first_all_or_nothing_on_every_store() {
         for (item, quantity) in items.iter().zip([2, 0, 2]) {
             assert_eq!(store.quantity(item).await.unwrap(), quantity, "{kind}");
         }
+        // Removing forgets the item; removing it again finds nothing.
+        assert!(store.remove(&items[0]).await.unwrap(), "{kind}");
+        assert!(!store.remove(&items[0]).await.unwrap(), "{kind}");
+        let err = store.quantity(&items[0]).await.unwrap_err();
+        assert!(err.is_invalid_input(), "{kind}: {err}");
     }
 }
 

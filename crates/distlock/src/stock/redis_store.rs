@@ -170,6 +170,15 @@ impl StockStore for RedisStockStore {
             .map_err(redis_error("set the stock"))
     }
 
+    async fn remove(&self, item: &str) -> Result<bool> {
+        let deleted: i64 = redis::cmd("DEL")
+            .arg(key(item))
+            .query_async(&mut self.connection.clone())
+            .await
+            .map_err(redis_error("remove an item"))?;
+        Ok(deleted > 0)
+    }
+
     async fn quantity(&self, item: &str) -> Result<u64> {
         let quantity: Option<i64> = redis::cmd("HGET")
             .arg(key(item))

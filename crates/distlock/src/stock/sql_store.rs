@@ -70,29 +70,36 @@ impl SqlStockStore {
         let scheme = base.split("://").next().unwrap_or_default();
         let store = match scheme {
             #[cfg(feature = "postgres")]
-            "postgres" | "postgresql" => SqlStockStore {
-                pool: Pool::Postgres(
-                    PgPoolOptions::new()
-                        .max_connections(connections.max(1))
-                        .acquire_timeout(Duration::from_secs(30))
-                        .connect(base)
-                        .await
-                        .map_err(|e| Error::backend("postgres", "connect", e))?,
-                ),
-                kind: "postgres",
-            },
+            "postgres" | "postgresql" => {
+                connects_once::<sqlx::PgConnection>("postgres", base).await?;
+                SqlStockStore {
+                    pool: Pool::Postgres(
+                        PgPoolOptions::new()
+                            .max_connections(connections.max(1))
+                            .acquire_timeout(Duration::from_secs(30))
+                            .connect(base)
+                            .await
+                            .map_err(|e| Error::backend("postgres", "connect", e))?,
+                    ),
+                    kind: "postgres",
+                }
+            }
             #[cfg(feature = "mysql")]
-            "mysql" | "mariadb" => SqlStockStore {
-                pool: Pool::MySql(
-                    MySqlPoolOptions::new()
-                        .max_connections(connections.max(1))
-                        .acquire_timeout(Duration::from_secs(30))
-                        .connect(&base.replacen("mariadb://", "mysql://", 1))
-                        .await
-                        .map_err(|e| Error::backend("mysql", "connect", e))?,
-                ),
-                kind: "mysql",
-            },
+            "mysql" | "mariadb" => {
+                let base = base.replacen("mariadb://", "mysql://", 1);
+                connects_once::<sqlx::MySqlConnection>("mysql", &base).await?;
+                SqlStockStore {
+                    pool: Pool::MySql(
+                        MySqlPoolOptions::new()
+                            .max_connections(connections.max(1))
+                            .acquire_timeout(Duration::from_secs(30))
+                            .connect(&base)
+                            .await
+                            .map_err(|e| Error::backend("mysql", "connect", e))?,
+                    ),
+                    kind: "mysql",
+                }
+            }
             #[cfg(not(feature = "postgres"))]
             "postgres" | "postgresql" => {
                 return Err(Error::FeatureDisabled {
@@ -203,6 +210,18 @@ impl SqlStockStore {
     }
 }
 
+/// Opens and closes one connection, without a pool's retries, so that a server that is not
+/// there (a refused connection, a wrong password) is reported at once, with the reason.
+async fn connects_once<C: sqlx::Connection>(kind: &'static str, url: &str) -> Result<()> {
+    let connection = C::connect(url)
+        .await
+        .map_err(|e| Error::backend(kind, "connect", e))?;
+    connection
+        .close()
+        .await
+        .map_err(|e| Error::backend(kind, "connect", e))
+}
+
 /// A statement parameter.
 enum Bind<'a> {
     Int(i64),
@@ -231,6 +250,15 @@ impl StockStore for SqlStockStore {
             tx.commit().await?
         })
         .map_err(self.error("set the stock"))
+    }
+
+    async fn remove(&self, item: &str) -> Result<bool> {
+        let delete = self.sql("DELETE FROM distlock_stock WHERE item = ?");
+        let done = on_pool!(self, pool => {
+            sqlx::query(&delete).bind(item).execute(pool).await?.rows_affected()
+        })
+        .map_err(self.error("remove an item"))?;
+        Ok(done > 0)
     }
 
     async fn quantity(&self, item: &str) -> Result<u64> {

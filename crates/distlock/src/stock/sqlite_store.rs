@@ -158,6 +158,16 @@ impl StockStore for SqliteStockStore {
         .await
     }
 
+    async fn remove(&self, item: &str) -> Result<bool> {
+        let item = item.to_owned();
+        self.with(move |c| {
+            c.execute("DELETE FROM distlock_stock WHERE item = ?1", [&item])
+                .map(|deleted| deleted > 0)
+                .map_err(db_error("remove an item"))
+        })
+        .await
+    }
+
     async fn quantity(&self, item: &str) -> Result<u64> {
         let item = item.to_owned();
         self.with(move |c| {
