@@ -125,6 +125,19 @@ impl SqliteStockStore {
     }
 }
 
+/// The item's quantity, or the missing-item error.
+fn quantity_of(c: &Connection, item: &str) -> Result<u64> {
+    let quantity: Option<i64> = c
+        .query_row(
+            "SELECT quantity FROM distlock_stock WHERE item = ?1",
+            [item],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(db_error("read the stock"))?;
+    quantity.map(to_u64).ok_or_else(|| missing_item(item))
+}
+
 /// The newest token seen for `item`, or the missing-item error.
 fn fence_of(c: &Connection, item: &str) -> Result<u64> {
     let fence: Option<i64> = c
@@ -170,18 +183,7 @@ impl StockStore for SqliteStockStore {
 
     async fn quantity(&self, item: &str) -> Result<u64> {
         let item = item.to_owned();
-        self.with(move |c| {
-            let quantity: Option<i64> = c
-                .query_row(
-                    "SELECT quantity FROM distlock_stock WHERE item = ?1",
-                    [&item],
-                    |row| row.get(0),
-                )
-                .optional()
-                .map_err(db_error("read the stock"))?;
-            quantity.map(to_u64).ok_or_else(|| missing_item(&item))
-        })
-        .await
+        self.with(move |c| quantity_of(c, &item)).await
     }
 
     async fn read_fenced(&self, item: &str, token: u64) -> Result<u64> {
@@ -240,19 +242,9 @@ impl StockStore for SqliteStockStore {
                     remaining: to_u64(remaining),
                 });
             }
-            let available: Option<i64> = c
-                .query_row(
-                    "SELECT quantity FROM distlock_stock WHERE item = ?1",
-                    [&item],
-                    |row| row.get(0),
-                )
-                .optional()
-                .map_err(db_error("read the stock"))?;
-            available
-                .map(|available| Taken::SoldOut {
-                    available: to_u64(available),
-                })
-                .ok_or_else(|| missing_item(&item))
+            Ok(Taken::SoldOut {
+                available: quantity_of(c, &item)?,
+            })
         })
         .await
     }
@@ -282,15 +274,7 @@ impl StockStore for SqliteStockStore {
                     .map_err(db_error("take stock from several items"))?;
             let mut quantities = Vec::with_capacity(items.len());
             for item in &items {
-                let quantity: Option<i64> = tx
-                    .query_row(
-                        "SELECT quantity FROM distlock_stock WHERE item = ?1",
-                        [item],
-                        |row| row.get(0),
-                    )
-                    .optional()
-                    .map_err(db_error("read the stock"))?;
-                quantities.push(to_u64(quantity.ok_or_else(|| missing_item(item))?));
+                quantities.push(quantity_of(&tx, item)?);
             }
             let parts = plan_spread(&quantities, n);
             for ((item, &quantity), &part) in items.iter().zip(&quantities).zip(&parts) {
