@@ -115,6 +115,10 @@ pub async fn run(args: &DemoArgs) -> CliResult {
     };
     let dir = tempfile::tempdir()?;
     let sqlite_store = dir.path().join("stock.db");
+    // A strategy the scenario does not run is refused before anything is printed.
+    for strategy in &strategies {
+        lock_of(strategy, args, dir.path())?;
+    }
     if !args.json {
         println!(
             "hot item: stock {}, {} ms critical section, {} processes x {} buyers; one lock vs {} segments\n",
