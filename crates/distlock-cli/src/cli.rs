@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::failure::CliResult;
-use crate::{bench, demo, hot, operator};
+use crate::{bench, check, demo, hot, operator};
 
 /// Distributed locks: the overselling demo, the lock benchmark, operator commands.
 ///
@@ -31,8 +31,15 @@ pub enum Command {
     /// notices, and only fencing tokens stop its writes).
     ForceUnlock(LockArgs),
     /// Holds a lock until killed (for cross-process tests).
+    /// Checks whether a deployment keeps distlock's promises: worker processes take one lock
+    /// over and over and do fenced writes under it while the checker pauses and kills them;
+    /// then the whole history is checked (exclusion, loss, fencing tokens, no lost update).
+    /// Exit 0 when every promise held, 1 with the violations otherwise.
+    Check(CheckArgs),
     #[command(hide = true)]
     Hold(HoldArgs),
+    #[command(hide = true)]
+    CheckWorker(CheckWorkerArgs),
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
     #[command(hide = true)]
@@ -177,6 +184,67 @@ pub struct BenchArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The backend URL, e.g. redis://127.0.0.1:6379/.
+    #[arg(long)]
+    pub backend: String,
+    /// Seconds to run at most.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub duration_s: u64,
+    /// Acquisitions to make in total, at most (the run ends at whichever limit comes first).
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub acquisitions: u64,
+    /// Worker processes contending for the lock.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=64))]
+    pub workers: u32,
+    /// Faults to inject, comma-separated: pause (SIGSTOP a worker past its lease, then
+    /// SIGCONT), kill (SIGKILL a worker and start another). Empty: none.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "pause,kill")]
+    pub faults: Vec<CheckFault>,
+    /// The workers' renewed lease, in milliseconds (a pause lasts this long plus 300 ms).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub lease_ms: u64,
+    /// Microseconds each holder spends between its read and its write.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub hold_us: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A fault `distlock check` injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CheckFault {
+    Pause,
+    Kill,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckWorkerArgs {
+    #[arg(long)]
+    pub backend: String,
+    #[arg(long)]
+    pub name: String,
+    #[arg(long)]
+    pub store: PathBuf,
+    #[arg(long)]
+    pub log: PathBuf,
+    #[arg(long)]
+    pub id: u32,
+    #[arg(long)]
+    pub until_us: u64,
+    #[arg(long)]
+    pub max: u64,
+    /// The worker stops once this file exists.
+    #[arg(long)]
+    pub stop: PathBuf,
+    #[arg(long)]
+    pub lease_ms: u64,
+    #[arg(long)]
+    pub hold_us: u64,
+}
+
+#[derive(Debug, Args)]
 pub struct LockArgs {
     /// The backend URL, e.g. sqlite:///var/lib/app/locks.db.
     #[arg(long)]
@@ -207,7 +275,9 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Bench(args) => bench::run(args).await,
         Command::Status(args) => operator::status(args).await,
         Command::ForceUnlock(args) => operator::force_unlock(args).await,
+        Command::Check(args) => check::run(args).await,
         Command::Hold(args) => operator::hold(args).await,
+        Command::CheckWorker(args) => check::worker(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
         Command::DemoHotWorker(args) => hot::worker(args).await,
         Command::BenchWorker(args) => bench::worker(args).await,

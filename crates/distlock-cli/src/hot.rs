@@ -1,4 +1,4 @@
-//! `distlock demo --hot-item`: the hot-item scenario of MISSION §10. One item, stock 1000,
+//! `distlock demo --hot-item`: the hot-item scenario. One item, stock 1000,
 //! a 20 ms critical section per order, and many buyers in several processes: one lock for
 //! the item against the same stock split into 20 segments, each with its own lock, on each
 //! chosen lock backend, plus the Redis atomic script (no lock) as the ceiling.

@@ -4,6 +4,7 @@
 //! (unknown flag, malformed URL, zero or absurd duration, empty lock name).
 
 mod bench;
+mod check;
 mod cli;
 mod demo;
 mod failure;

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -25,9 +25,6 @@ pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// The longest lease or wait accepted: one day. Wait without a limit with
 /// [`Mutex::acquire`].
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// How many locks one renewal request carries at most.
-const RENEW_BATCH: usize = 1000;
 
 /// Settings of a client, given to [`connect_with`](crate::connect_with).
 #[derive(Debug, Clone)]
@@ -65,6 +62,14 @@ impl ConnectOptions {
     pub(crate) fn validate(&self) -> Result<()> {
         validate_lease(self.lease)
     }
+}
+
+/// When the client stops believing it holds a lock whose lease of `lease` was set by a
+/// request that started at `start`: the lease less an allowance for the server's clock running
+/// faster than ours and for timer granularity (1% of the lease plus 2 ms, Redlock's drift
+/// allowance), so that `lost()` fires before the server can grant the lock to anyone else.
+pub(crate) fn lease_deadline(start: Instant, lease: Duration) -> Instant {
+    start + lease - (lease / 100 + Duration::from_millis(2))
 }
 
 pub(crate) fn validate_lease(lease: Duration) -> Result<()> {
@@ -116,6 +121,7 @@ impl Locks {
                 keeper_wake,
                 keeper_started: AtomicBool::new(false),
                 renewal_calls: AtomicU64::new(0),
+                requests: StdMutex::default(),
             }),
         })
     }
@@ -249,20 +255,20 @@ impl Grant {
 
 /// The locks this client holds, and when the keeper plans to wake next.
 #[derive(Default)]
-struct Registry {
-    slots: HashMap<(LockName, Owner), Slot>,
+pub(crate) struct Registry {
+    pub(crate) slots: HashMap<(LockName, Owner), Slot>,
     /// `None` while the keeper sleeps with nothing to do (or has not started).
-    keeper_wakes_at: Option<Instant>,
+    pub(crate) keeper_wakes_at: Option<Instant>,
 }
 
 /// One held lock of this client (all reentrant guards of one grant share it).
-struct Slot {
-    grant: Arc<Grant>,
+pub(crate) struct Slot {
+    pub(crate) grant: Arc<Grant>,
     guards: u32,
-    renew: bool,
+    pub(crate) renew: bool,
     /// When the lease ends by the client's own clock, counted from the start of the request
     /// that last set it.
-    deadline: Instant,
+    pub(crate) deadline: Instant,
 }
 
 pub(crate) struct ClientInner {
@@ -273,7 +279,8 @@ pub(crate) struct ClientInner {
     registry: StdMutex<Registry>,
     keeper_wake: Arc<Notify>,
     keeper_started: AtomicBool,
-    renewal_calls: AtomicU64,
+    pub(crate) renewal_calls: AtomicU64,
+    requests: StdMutex<crate::settle::Requests>,
 }
 
 impl Drop for ClientInner {
@@ -289,12 +296,28 @@ impl ClientInner {
         Owner::new(&self.client_id, holder)
     }
 
-    fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+    pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
         // A panic while holding this lock cannot leave the map inconsistent (every update is
         // a single insert or field write), so a poisoned lock is still usable.
         self.registry
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn requests(&self) -> std::sync::MutexGuard<'_, crate::settle::Requests> {
+        // Every update is a single field write: a poisoned lock is still consistent.
+        self.requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How many guards of `owner` on `name` this client has registered: the holds the server
+    /// should have for that owner.
+    pub(crate) fn registered_guards(&self, name: &LockName, owner: &Owner) -> u32 {
+        self.registry()
+            .slots
+            .get(&(name.clone(), owner.clone()))
+            .map_or(0, |slot| slot.guards)
     }
 
     /// Records a new guard. `fresh` is true when the backend made a new grant (hold count 1):
@@ -311,10 +334,11 @@ impl ClientInner {
         let (grant, wake_keeper) = {
             let mut registry = self.registry();
             let key = (name.clone(), owner.clone());
-            // The keeper must wake by the first renewal of a renewed lock, or by the deadline
-            // of a fixed lease; it need not be disturbed when it already plans to.
+            // The keeper must wake by the lock's deadline, and by the first renewal of a
+            // renewed lock (a handed-over grant's deadline comes first: its lease is short);
+            // it need not be disturbed when it already plans to.
             let needed_by = if renew {
-                Instant::now() + self.options.lease / 3
+                deadline.min(Instant::now() + self.options.lease / 3)
             } else {
                 deadline
             };
@@ -346,6 +370,7 @@ impl ClientInner {
             };
             (grant, wake_keeper)
         };
+        self.guards_changed(name, owner);
         if wake_keeper {
             self.start_keeper();
             self.keeper_wake.notify_one();
@@ -358,7 +383,7 @@ impl ClientInner {
     pub(crate) fn unregister(&self, name: &LockName, owner: &Owner, grant: &Arc<Grant>) -> bool {
         let mut registry = self.registry();
         let key = (name.clone(), owner.clone());
-        match registry.slots.get_mut(&key) {
+        let unregistered = match registry.slots.get_mut(&key) {
             Some(slot) if Arc::ptr_eq(&slot.grant, grant) => {
                 slot.guards = slot.guards.saturating_sub(1);
                 if slot.guards == 0 {
@@ -367,7 +392,12 @@ impl ClientInner {
                 true
             }
             _ => false,
+        };
+        drop(registry);
+        if unregistered {
+            self.guards_changed(name, owner);
         }
+        unregistered
     }
 
     /// Marks `grant` lost if it is still registered: a reply to a request sent before the
@@ -417,196 +447,6 @@ impl ClientInner {
         let weak = Arc::downgrade(self);
         let wake = self.keeper_wake.clone();
         let session = self.backend.session();
-        tokio::spawn(keeper(weak, wake, session));
-    }
-}
-
-/// The one background task of a client: renews every renewing lock in batches each
-/// `lease / 3`, and marks a lock lost once its lease has run out without a successful
-/// renewal. Ends when the client and all its guards are gone.
-async fn keeper(
-    client: Weak<ClientInner>,
-    wake: Arc<Notify>,
-    mut session: Option<watch::Receiver<crate::SessionStatus>>,
-) {
-    let mut next_renewal: Option<Instant> = None;
-    let mut sessions_lost = session
-        .as_mut()
-        .map_or(0, |s| s.borrow_and_update().sessions_lost);
-    loop {
-        let Some(inner) = client.upgrade() else {
-            return;
-        };
-        let lease = inner.options.lease;
-        let interval = lease / 3;
-        let now = Instant::now();
-
-        expire_overdue(&inner, now);
-        let lost = session.as_ref().map_or(0, |s| s.borrow().sessions_lost);
-        if lost > sessions_lost {
-            sessions_lost = lost;
-            check_all(&inner).await;
-        }
-        if next_renewal.is_some_and(|at| at <= now) {
-            renew_all(&inner).await;
-            next_renewal = None;
-        }
-
-        // Sleep until the next renewal or the earliest lease deadline, whichever is first,
-        // and publish that time so that `register` wakes the keeper only when a new lock needs
-        // it sooner. Computed and published under one lock: a registration either is seen
-        // here or sees the published time.
-        let wake_at = {
-            let mut registry = inner.registry();
-            let mut renewing = false;
-            let mut earliest_deadline: Option<Instant> = None;
-            for slot in registry.slots.values() {
-                if slot.grant.lost_reason().is_none() {
-                    renewing |= slot.renew;
-                    earliest_deadline =
-                        Some(earliest_deadline.map_or(slot.deadline, |e| e.min(slot.deadline)));
-                }
-            }
-            next_renewal = match (renewing, next_renewal) {
-                (false, _) => None,
-                (true, None) => Some(Instant::now() + interval),
-                (true, planned) => planned,
-            };
-            let wake_at = [next_renewal, earliest_deadline]
-                .into_iter()
-                .flatten()
-                .min();
-            registry.keeper_wakes_at = wake_at;
-            wake_at
-        };
-        // A registration after the lock above stores a permit that completes this at once.
-        let notified = wake.notified();
-        drop(inner);
-        let session_changed = async {
-            // A closed channel (the backend is gone) has nothing more to say.
-            let changed = match session.as_mut() {
-                Some(status) => status.changed().await.is_ok(),
-                None => false,
-            };
-            if !changed {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            _ = crate::wake::sleep_until_or_never(wake_at) => {}
-            _ = notified => {}
-            _ = session_changed => {}
-        }
-    }
-}
-
-/// After the backend lost a session: asks which registered locks are still held and marks
-/// the others lost, renewed or not.
-async fn check_all(inner: &ClientInner) {
-    let batch: Vec<((LockName, Owner), Arc<Grant>)> = {
-        let registry = inner.registry();
-        registry
-            .slots
-            .iter()
-            .filter(|(_, slot)| slot.grant.lost_reason().is_none())
-            .map(|(key, slot)| (key.clone(), slot.grant.clone()))
-            .collect()
-    };
-    for chunk in batch.chunks(RENEW_BATCH) {
-        let locks: Vec<(LockName, Owner)> = chunk.iter().map(|(key, _)| key.clone()).collect();
-        match inner.backend.still_held(&locks).await {
-            Ok(held) => {
-                for ((key, grant), still_held) in chunk.iter().zip(held) {
-                    if !still_held {
-                        inner.lost_if_current(
-                            &key.0,
-                            &key.1,
-                            grant,
-                            "the session the lock lived in was lost",
-                        );
-                    }
-                }
-            }
-            // The locks stay ours until their deadline, as after a failed renewal.
-            Err(error) => tracing::warn!(%error, "checking locks after a lost session failed"),
-        }
-    }
-}
-
-fn expire_overdue(inner: &ClientInner, now: Instant) {
-    let registry = inner.registry();
-    for ((name, _), slot) in registry.slots.iter() {
-        if slot.deadline <= now && slot.grant.lost_reason().is_none() {
-            let reason = if slot.renew {
-                "the lease ran out before a renewal succeeded"
-            } else {
-                "the lease ran out"
-            };
-            slot.grant.mark_lost(name, reason);
-        }
-    }
-}
-
-async fn renew_all(inner: &ClientInner) {
-    let lease = inner.options.lease;
-    let batch: Vec<((LockName, Owner), Arc<Grant>)> = {
-        let registry = inner.registry();
-        registry
-            .slots
-            .iter()
-            .filter(|(_, slot)| slot.renew && slot.grant.lost_reason().is_none())
-            .map(|(key, slot)| (key.clone(), slot.grant.clone()))
-            .collect()
-    };
-    let earliest_deadline = {
-        let registry = inner.registry();
-        batch
-            .iter()
-            .filter_map(|(key, _)| registry.slots.get(key).map(|slot| slot.deadline))
-            .min()
-    };
-    // Locks whose renewal fails stay ours until their deadline; expire_overdue marks them
-    // lost if no renewal succeeds before then.
-    for chunk in batch.chunks(RENEW_BATCH) {
-        let locks: Vec<(LockName, Owner)> = chunk.iter().map(|(key, _)| key.clone()).collect();
-        let start = Instant::now();
-        inner.renewal_calls.fetch_add(1, Ordering::Relaxed);
-        // A hung request must not keep the keeper from noticing deadlines, but a slow one
-        // that lands before them still counts: wait for it until the earliest deadline of
-        // the batch (at least one renewal interval), then try again.
-        let patience = earliest_deadline
-            .map_or(lease / 3, |deadline| {
-                deadline.saturating_duration_since(start)
-            })
-            .max(lease / 3);
-        let reply = tokio::time::timeout(patience, inner.backend.renew(&locks, lease)).await;
-        match reply {
-            Ok(Ok(renewed)) => {
-                let mut registry = inner.registry();
-                for ((key, grant), still_held) in chunk.iter().zip(renewed) {
-                    // A lock released while this request was in flight is no longer
-                    // registered: its "not held" is the release, not a loss.
-                    let Some(slot) = registry
-                        .slots
-                        .get_mut(key)
-                        .filter(|slot| Arc::ptr_eq(&slot.grant, grant))
-                    else {
-                        continue;
-                    };
-                    if !still_held {
-                        grant.mark_lost(&key.0, "a renewal found the lock no longer held");
-                    } else if slot.renew {
-                        slot.deadline = start + lease;
-                    }
-                }
-                tracing::debug!(locks = locks.len(), "renewed");
-            }
-            Ok(Err(error)) => {
-                tracing::warn!(locks = locks.len(), %error, "renewal failed");
-            }
-            Err(_elapsed) => {
-                tracing::warn!(locks = locks.len(), "renewal timed out");
-            }
-        }
+        tokio::spawn(crate::keeper::keeper(weak, wake, session));
     }
 }

@@ -25,6 +25,17 @@ use tokio::time::Instant;
 
 use crate::{AcquireOptions, ConnectOptions, Locks, MAX_NAME_BYTES};
 
+mod cancel;
+mod nested;
+mod replies;
+mod stalls;
+mod wire;
+pub use cancel::*;
+pub use nested::*;
+pub use replies::*;
+pub use stalls::*;
+pub use wire::*;
+
 /// A backend under test: its URL, and whatever must live as long as the test (a temporary
 /// directory, a server handle).
 pub struct Target {
@@ -80,6 +91,20 @@ macro_rules! conformance_suite {
             renewal_is_batched,
             dropped_guard_releases_in_background,
             extend_moves_the_lease_end,
+            promise2_hung_renewal_fires_lost_in_time,
+            promise2_slow_failing_renewal_fires_lost_in_time,
+            promise2_late_renewal_reply_does_not_revive,
+            renewal_panic_does_not_stop_the_keeper,
+            promise4_cancelled_waiting_acquire_leaves_nothing,
+            promise4_cancelled_release_completes,
+            promise4_lost_acquire_reply_leaves_no_hold,
+            promise4_lost_reentry_reply_keeps_holds_exact,
+            promise4_lost_release_reply_keeps_holds_exact,
+            promise4_failed_release_keeps_holds_exact,
+            promise4_failed_last_release_frees_the_lock,
+            promise4_lost_extend_reply_keeps_the_lock,
+            promise4_concurrent_releases_keep_holds_exact,
+            nested_acquire_is_not_starved_by_waiters,
         );
     };
     (@cases $backend:ident, $target:expr; $($case:ident),* $(,)?) => {
@@ -127,6 +152,37 @@ async fn acquire_within(locks: &Locks, name: &str, wait: Duration) -> crate::Res
         .unwrap()
         .acquire_with(AcquireOptions::new().wait(wait))
         .await
+}
+
+/// Another client gets `name` within `within`: nothing was left behind.
+async fn free_within(url: &str, name: &str, within: Duration, what: &str) {
+    let other = client(url).await;
+    let guard = acquire_within(&other, name, within)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: a hold or a queue entry was left behind: {e}"));
+    guard.release().await.expect("release the check's grant");
+}
+
+/// A client with `options` whose requests go through a
+/// [`FaultyBackend`](crate::fault::FaultyBackend) around the backend at `url`.
+async fn faulty_client(
+    url: &str,
+    options: ConnectOptions,
+) -> (Locks, Arc<crate::fault::FaultyBackend>) {
+    let backend = crate::open_backend(url)
+        .await
+        .unwrap_or_else(|e| panic!("open {url}: {e}"));
+    let faulty = crate::fault::FaultyBackend::new(backend);
+    let locks = Locks::with_backend(faulty.clone(), options).expect("client options");
+    (locks, faulty)
+}
+
+/// When `guard`'s `lost()` fires, at most `within` from now.
+async fn lost_at(guard: &crate::Guard, within: Duration) -> Option<Instant> {
+    tokio::time::timeout(within, guard.lost())
+        .await
+        .ok()
+        .map(|_| Instant::now())
 }
 
 async fn short_lease_client(url: &str) -> Locks {

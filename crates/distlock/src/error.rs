@@ -69,7 +69,7 @@ pub enum Error {
     },
 
     /// A store refused a write made under a lock, because a newer holder of that lock has
-    /// written since (MISSION §8): this writer's lease had run out. Nothing was changed.
+    /// written since: this writer's lease had run out. Nothing was changed.
     #[error(
         "the write to {item:?} under fencing token {token} was refused: the store has accepted token {accepted} since; the lock was lost before the write"
     )]

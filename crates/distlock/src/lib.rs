@@ -88,7 +88,10 @@ mod client;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;
+#[cfg(feature = "fault")]
+pub mod fault;
 mod finish;
+mod keeper;
 pub mod memory;
 mod mutex;
 #[cfg(feature = "mysql")]
@@ -100,6 +103,7 @@ pub mod postgres;
 pub mod redis;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session;
+mod settle;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod stock;
@@ -139,7 +143,13 @@ pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<Locks> {
     Locks::with_backend(backend, options)
 }
 
-async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
+/// Opens the backend a URL names, without a client around it: for wrappers such as
+/// [`fault::FaultyBackend`], then handed to
+/// [`Locks::with_backend`].
+///
+/// # Errors
+/// As [`connect`].
+pub async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(Error::invalid(
             "URL",

@@ -4,8 +4,8 @@
 //! # Named locks (the default)
 //!
 //! A lock is `GET_LOCK(name, seconds)` held by a connection that the lock owns for as long as
-//! it is held, separate from any pool the application uses for its business work (MISSION
-//! §6). The client side is the one PostgreSQL advisory locks use:
+//! it is held, separate from any pool the application uses for its business work. The client
+//! side is the one PostgreSQL advisory locks use:
 //!
 //! * `try_acquire` runs `GET_LOCK(name, 0)` on the client's primary lock connection.
 //! * A waiting acquisition takes a connection of its own and blocks in `GET_LOCK` for what is

@@ -1,4 +1,4 @@
-//! The Redis reentrant lock (MISSION §1, the Redisson design).
+//! The Redis reentrant lock (the Redisson design).
 //!
 //! Each lock is a hash `distlock:{<name>}:lock` mapping the owner to its hold count, plus a
 //! field `:token` with the grant's fencing token, and a PEXPIRE equal to the lease. The
@@ -12,7 +12,7 @@
 //! Commands share one multiplexed, reconnecting connection; waiters share one pub/sub
 //! connection per client, opened on first use.
 //!
-//! The spin lock (MISSION §2, `redis+spin://`) takes and releases locks with the same scripts
+//! The spin lock (the SETNX design, `redis+spin://`) takes and releases locks with the same scripts
 //! (the acquire script is `SET key owner NX PX lease` extended with re-entry and a fencing
 //! token; release deletes only the owner's lock) but waits differently: it never subscribes,
 //! it asks again after a sleep that grows from 1 ms to 32 ms, with jitter. Every waiter polls
@@ -446,7 +446,10 @@ impl RedisBackend {
                     .push_sender(pushes)
                     .tcp_settings(deployment::tcp_settings())
                     .connection_timeout(deployment::CONNECT_TIMEOUT)
-                    .response_timeout(deployment::RESPONSE_TIMEOUT);
+                    .response_timeout(deployment::RESPONSE_TIMEOUT)
+                    // At most once: a request whose reply was lost is not sent again (it may
+                    // have run); `deployment::cluster_command` resends only refused ones.
+                    .retries(0);
                 if let Some(username) = username {
                     builder = builder.username(username);
                 }

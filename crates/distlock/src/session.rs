@@ -12,8 +12,10 @@
 //!   re-entrant per session on both servers): the client reserves the name before it asks.
 //! * The fencing token is a per-name counter in `distlock_fencing`, bumped by the same
 //!   statement that takes the lock.
-//! * A lock connection that dies takes its locks with it (the server frees them); the next
-//!   renewal check finds them gone and fires `lost()`. Force-unlock ends the holding
+//! * A lock connection that dies takes its locks with it (the server frees them). A watcher
+//!   asks every lock connection that holds locks whether it still holds them every
+//!   [`WATCH_INTERVAL`]; when one is gone it forgets those locks and reports a lost session,
+//!   and the client fires `lost()` for each of them, renewed or on a fixed lease. Force-unlock ends the holding
 //!   session, which frees every lock that session held.
 //! * Leases are kept by the holder's client, as for ZooKeeper: a fixed lease ends with the
 //!   client unlocking.
@@ -26,10 +28,12 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::{Mutex as AsyncMutex, Notify, Semaphore, oneshot};
+use tokio::sync::{Mutex as AsyncMutex, Notify, Semaphore, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
+use crate::backend::{
+    Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, SessionState, SessionStatus, Woken,
+};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
@@ -44,11 +48,23 @@ pub(crate) fn fnv1a64(name: &str) -> u64 {
     hash
 }
 
+/// How often a lock connection is asked what it holds before a failure means it is dead.
+const HELD_ATTEMPTS: u32 = 3;
+
+/// How often the watcher asks each lock connection holding locks whether it still does.
+pub(crate) const WATCH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long a waiter waits for a free waiting statement before it tries the lock again on the
+/// primary connection.
+const PERMIT_PATIENCE: Duration = Duration::from_millis(100);
+
 /// Idle lock connections kept for the next waiter.
 const IDLE_KEPT: usize = 16;
-/// Waiting statements one client runs at once, each on a connection of its own. Further
-/// waiters queue in the client, in arrival order, so that a burst of waiters does not open
-/// more connections than the server allows.
+/// Waiting statements one client runs at once, each on a connection of its own, so that a
+/// burst of waiters does not open more connections than the server allows. Further waiters
+/// queue in the client for a free one, in arrival order, for [`PERMIT_PATIENCE`] at a time,
+/// trying the lock on the primary connection in between (a task holding a lock that all
+/// waiting statements wait for can still take another).
 pub(crate) const MAX_WAITING_CONNECTIONS: usize = 16;
 
 /// What one database says to lock, unlock and look at session locks. Implemented by the
@@ -157,6 +173,8 @@ struct Shared<D: Dialect> {
     reaper: Arc<Notify>,
     /// Permits for waiting statements ([`MAX_WAITING_CONNECTIONS`]).
     waiting: Arc<Semaphore>,
+    /// Bumped (`sessions_lost`) each time the watcher finds locks gone from their session.
+    status: watch::Sender<SessionStatus>,
 }
 
 /// Session locks of one database; see the [module docs](self).
@@ -189,8 +207,13 @@ impl<D: Dialect> SessionBackend<D> {
             state: StdMutex::default(),
             reaper: Arc::new(Notify::new()),
             waiting: Arc::new(Semaphore::new(MAX_WAITING_CONNECTIONS)),
+            status: watch::Sender::new(SessionStatus {
+                state: SessionState::Connected,
+                sessions_lost: 0,
+            }),
         });
         tokio::spawn(reap(Arc::downgrade(&shared), shared.reaper.clone()));
+        tokio::spawn(watch_sessions(Arc::downgrade(&shared)));
         SessionBackend { shared }
     }
 }
@@ -260,6 +283,28 @@ impl<D: Dialect> Shared<D> {
         self.dialect.held(&mut c, keys).await
     }
 
+    /// As [`Shared::held_keys`], asked up to three times before an error counts: a healthy
+    /// connection's query can fail once (a stray cancel meant for a waiter's statement that
+    /// ran on it earlier), and calling its locks lost would close it and free them.
+    async fn held_keys_surely(
+        &self,
+        conn: &LockConn<D>,
+        keys: &[D::Key],
+    ) -> Result<HashSet<D::Key>> {
+        let mut attempt = 1;
+        loop {
+            match self.held_keys(conn, keys).await {
+                Ok(held) => return Ok(held),
+                Err(error) if attempt >= HELD_ATTEMPTS => return Err(error),
+                Err(error) => {
+                    tracing::debug!(%error, attempt, "asking a lock connection what it holds failed; asking again");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+
     /// After an unlock on `conn`: a waiter's connection holding nothing more goes idle. A
     /// connection whose unlock failed is never reused: it may still hold the lock, and
     /// closing it (dropping the last handle) frees everything it holds.
@@ -302,13 +347,60 @@ impl<D: Dialect> Shared<D> {
         else {
             return Ok(false);
         };
-        match self.held_keys(&conn, std::slice::from_ref(&key)).await {
+        match self
+            .held_keys_surely(&conn, std::slice::from_ref(&key))
+            .await
+        {
             Ok(keys) if keys.contains(&key) => Ok(true),
             Ok(_) | Err(_) => {
                 self.forget(name, &conn);
                 Ok(false)
             }
         }
+    }
+
+    /// Forgets the grant of `name` with `token` on `conn` (not a later grant made meanwhile);
+    /// true when it was still there.
+    fn forget_grant(&self, name: &LockName, conn: &Arc<LockConn<D>>, token: u64) -> bool {
+        let mut state = self.state();
+        let current = state
+            .held
+            .get(name)
+            .is_some_and(|held| Arc::ptr_eq(&held.conn, conn) && held.token == token);
+        if current {
+            state.held.remove(name);
+        }
+        current
+    }
+
+    /// Asks each lock connection holding some of `locks` (for their owners) which of them it
+    /// still holds: one query per connection, not one per lock. A connection that fails is
+    /// left out (its locks count as gone) and is no longer the primary.
+    async fn ask_connections(&self, locks: &[(LockName, Owner)]) -> Vec<ConnHolds<D>> {
+        let mut by_conn: Vec<ConnKeys<D>> = Vec::new();
+        {
+            let state = self.state();
+            for (name, owner) in locks {
+                let Some(held) = state.held.get(name).filter(|h| &h.owner == owner) else {
+                    continue;
+                };
+                match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &held.conn)) {
+                    Some((_, keys)) => keys.push(held.key.clone()),
+                    None => by_conn.push((held.conn.clone(), vec![held.key.clone()])),
+                }
+            }
+        }
+        let mut alive = Vec::new();
+        for (conn, keys) in by_conn {
+            match self.held_keys_surely(&conn, &keys).await {
+                Ok(held) => alive.push((conn, held)),
+                Err(error) => {
+                    tracing::warn!(%error, "a lock connection failed; its locks are lost");
+                    self.drop_primary(&conn).await;
+                }
+            }
+        }
+        alive
     }
 
     fn forget(&self, name: &LockName, conn: &Arc<LockConn<D>>) {
@@ -319,6 +411,59 @@ impl<D: Dialect> Shared<D> {
             .is_some_and(|held| Arc::ptr_eq(&held.conn, conn))
         {
             state.held.remove(name);
+        }
+    }
+}
+
+/// A lock the watcher looks at: its name, its server key and its grant's token.
+type Watched<D> = (LockName, <D as Dialect>::Key, u64);
+/// One lock connection and the keys to ask it about.
+type ConnKeys<D> = (Arc<LockConn<D>>, Vec<<D as Dialect>::Key>);
+/// One lock connection and the keys it answered it holds.
+type ConnHolds<D> = (Arc<LockConn<D>>, HashSet<<D as Dialect>::Key>);
+/// One lock connection and the locks it should hold.
+type ConnLocks<D> = (Arc<LockConn<D>>, Vec<Watched<D>>);
+
+/// Asks every lock connection that holds locks, every [`WATCH_INTERVAL`], whether it still
+/// holds them. Locks a connection lost (it died, or was terminated) are forgotten, and the
+/// client is told through a lost session, so that their guards fire `lost()` whatever their
+/// lease. Ends with the backend.
+async fn watch_sessions<D: Dialect>(shared: Weak<Shared<D>>) {
+    loop {
+        tokio::time::sleep(WATCH_INTERVAL).await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let mut by_conn: Vec<ConnLocks<D>> = Vec::new();
+        for (name, held) in strong.state().held.iter() {
+            let entry = (name.clone(), held.key.clone(), held.token);
+            match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &held.conn)) {
+                Some((_, locks)) => locks.push(entry),
+                None => by_conn.push((held.conn.clone(), vec![entry])),
+            }
+        }
+        let mut gone = 0;
+        for (conn, locks) in by_conn {
+            let keys: Vec<D::Key> = locks.iter().map(|(_, key, _)| key.clone()).collect();
+            let still = match strong.held_keys_surely(&conn, &keys).await {
+                Ok(still) => still,
+                Err(error) => {
+                    tracing::warn!(%error, "a lock connection failed; its locks are lost");
+                    strong.drop_primary(&conn).await;
+                    HashSet::new()
+                }
+            };
+            for (name, key, token) in locks {
+                if !still.contains(&key) && strong.forget_grant(&name, &conn, token) {
+                    tracing::debug!(lock = %name, "the lock's session no longer holds it");
+                    gone += 1;
+                }
+            }
+        }
+        if gone > 0 {
+            strong
+                .status
+                .send_modify(|status| status.sessions_lost += 1);
         }
     }
 }
@@ -525,30 +670,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
     async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
         let shared = &self.shared;
         let start = Instant::now();
-        // One query per lock connection involved.
-        let mut by_conn: Vec<(Arc<LockConn<D>>, Vec<D::Key>)> = Vec::new();
-        {
-            let state = shared.state();
-            for (name, owner) in locks {
-                let Some(held) = state.held.get(name).filter(|h| &h.owner == owner) else {
-                    continue;
-                };
-                match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &held.conn)) {
-                    Some((_, keys)) => keys.push(held.key.clone()),
-                    None => by_conn.push((held.conn.clone(), vec![held.key.clone()])),
-                }
-            }
-        }
-        let mut alive: Vec<(Arc<LockConn<D>>, HashSet<D::Key>)> = Vec::new();
-        for (conn, keys) in by_conn {
-            match shared.held_keys(&conn, &keys).await {
-                Ok(keys) => alive.push((conn, keys)),
-                Err(error) => {
-                    tracing::warn!(%error, "a lock connection failed; its locks are lost");
-                    shared.drop_primary(&conn).await;
-                }
-            }
-        }
+        let alive = shared.ask_connections(locks).await;
         let mut state = shared.state();
         Ok(locks
             .iter()
@@ -584,6 +706,30 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             .get(name)
             .filter(|held| &held.owner == owner)
             .map_or(0, |held| held.holds))
+    }
+
+    fn session(&self) -> Option<watch::Receiver<SessionStatus>> {
+        Some(self.shared.status.subscribe())
+    }
+
+    async fn still_held(&self, locks: &[(LockName, Owner)]) -> Result<Vec<bool>> {
+        let shared = &self.shared;
+        let alive = shared.ask_connections(locks).await;
+        let state = shared.state();
+        Ok(locks
+            .iter()
+            .map(|(name, owner)| {
+                state
+                    .held
+                    .get(name)
+                    .filter(|h| &h.owner == owner)
+                    .is_some_and(|held| {
+                        alive.iter().any(|(conn, keys)| {
+                            Arc::ptr_eq(conn, &held.conn) && keys.contains(&held.key)
+                        })
+                    })
+            })
+            .collect())
     }
 
     async fn force_unlock(&self, name: &LockName) -> Result<bool> {
@@ -655,7 +801,13 @@ async fn blocking_attempt<D: Dialect>(
     session: &AtomicU64,
 ) -> Outcome<D> {
     let start = Instant::now();
-    let permit = match tokio::time::timeout(max, shared.waiting.clone().acquire_owned()).await {
+    // When every waiting statement is taken (by waiters of locks that may be held by the
+    // very task that now asks for this one), do not queue behind them: come back after a
+    // short wait, so that the caller tries again on the primary connection. A nested
+    // acquisition then polls instead of starving.
+    let patience = max.min(PERMIT_PATIENCE);
+    let permit = match tokio::time::timeout(patience, shared.waiting.clone().acquire_owned()).await
+    {
         Ok(Ok(permit)) => permit,
         Ok(Err(_)) | Err(_) => return Outcome::TimedOut,
     };

@@ -1,4 +1,4 @@
-//! The table-record lock in an SQLite file (MISSION §5): the embedded default.
+//! The table-record lock in an SQLite file: the embedded default.
 //!
 //! One row per held lock in `distlock_locks` (name UNIQUE, owner, hold count, fencing token,
 //! lease, created and expiry times). Acquire inserts the row; a live row means someone holds

@@ -19,7 +19,7 @@
 //! # }
 //! ```
 //!
-//! # Fenced reads and writes (MISSION §8)
+//! # Fenced reads and writes
 //!
 //! A lock's lease can run out while its holder is paused (a long GC, a stopped process). A
 //! second holder then takes the lock, and the first one, resuming, must not write. Every read
@@ -45,6 +45,7 @@ use crate::client::Locks;
 use crate::error::{Error, Result};
 use crate::mutex::{AcquireOptions, Mutex};
 
+mod commit;
 #[cfg(feature = "redis")]
 mod redis_store;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -500,11 +501,24 @@ impl Stock {
         let Some(lock) = &self.lock else {
             return self.store.add_atomic(&self.item, n).await;
         };
-        self.under_lock(lock, async |available| {
-            let total = available.saturating_add(n);
-            (Some(total), total)
+        let total = self
+            .under_lock(lock, async |available| {
+                match available.checked_add(n).filter(|&t| t <= i64::MAX as u64) {
+                    Some(total) => (Some(total), Some(total)),
+                    None => (None, None),
+                }
+            })
+            .await?;
+        total.ok_or_else(|| {
+            Error::invalid(
+                "quantity",
+                format!(
+                    "restocking {n} units would take {} past {} units; nothing was added",
+                    self.item,
+                    i64::MAX
+                ),
+            )
         })
-        .await
     }
 
     /// Runs one read-decide-write under the item's lock, fenced by the guard's token.
@@ -622,7 +636,7 @@ impl SegmentedTaken {
     }
 }
 
-/// One item's stock split into segments, each with its own lock (MISSION §10), so that orders
+/// One item's stock split into segments, each with its own lock, so that orders
 /// for a hot item proceed in parallel: with N segments, up to N orders hold a lock at once.
 ///
 /// * An order starts at a random segment and tries (without waiting) those whose lock may be
@@ -838,8 +852,10 @@ impl SegmentedStock {
     /// one more unit).
     ///
     /// # Errors
-    /// [`Error::Backend`] when the store fails.
+    /// [`Error::InvalidInput`] for a total above `i64::MAX`; [`Error::Backend`] when the store
+    /// fails.
     pub async fn create(&self, total: u64) -> Result<()> {
+        check_units(total.max(1))?;
         let n = self.segments.len() as u64;
         for (i, segment) in self.segments.iter().enumerate() {
             let share = total / n + u64::from((i as u64) < total % n);
@@ -1022,72 +1038,48 @@ impl SegmentedStock {
                     .await?,
             );
         }
-        let outcome = async {
-            let mut quantities = Vec::with_capacity(self.segments.len());
-            for (segment, guard) in self.segments.iter().zip(&guards) {
-                quantities.push(
-                    segment
-                        .store
-                        .read_fenced(&segment.item, guard.fencing_token())
-                        .await?,
-                );
-            }
-            for (i, &units) in quantities.iter().enumerate() {
-                self.hints.saw(i, units);
-            }
-            let available: u64 = quantities.iter().sum();
-            if available < n {
-                return Ok((SegmentedTaken::SoldOut { available }, available));
-            }
-            work.await;
-            let mut order: Vec<usize> = (0..quantities.len()).collect();
-            order.sort_by_key(|&i| std::cmp::Reverse(quantities[i]));
-            let mut left = n;
-            let mut written: Vec<(usize, u64)> = Vec::new();
-            for i in order {
-                if left == 0 {
-                    break;
-                }
-                let part = left.min(quantities[i]);
-                if part == 0 {
-                    continue;
-                }
-                let segment = &self.segments[i];
-                let token = guards[i].fencing_token();
-                if let Err(error) = segment
+        // Until the first write, a dropped order changes nothing: its guards release on drop.
+        let mut quantities = Vec::with_capacity(self.segments.len());
+        for (segment, guard) in self.segments.iter().zip(&guards) {
+            quantities.push(
+                segment
                     .store
-                    .write_fenced(&segment.item, quantities[i] - part, token)
-                    .await
-                {
-                    // Put back what this order took before the failure (all or nothing).
-                    for (j, _) in &written {
-                        self.hints.saw(*j, quantities[*j]);
-                        let segment = &self.segments[*j];
-                        let _ = segment
-                            .store
-                            .write_fenced(&segment.item, quantities[*j], guards[*j].fencing_token())
-                            .await;
-                    }
-                    return Err(error);
+                    .read_fenced(&segment.item, guard.fencing_token())
+                    .await?,
+            );
+        }
+        for (i, &units) in quantities.iter().enumerate() {
+            self.hints.saw(i, units);
+        }
+        let available: u64 = quantities.iter().sum();
+        if available < n {
+            for guard in guards {
+                if let Err(error) = guard.release().await {
+                    tracing::debug!(item = %self.item, %error, "releasing a segment lock failed");
                 }
-                self.hints.saw(i, quantities[i] - part);
-                written.push((i, part));
-                left -= part;
             }
-            Ok((
-                SegmentedTaken::Taken {
-                    segments: u32::try_from(written.len()).unwrap_or(u32::MAX),
-                },
-                available - n,
-            ))
+            return Ok((SegmentedTaken::SoldOut { available }, available));
         }
-        .await;
-        for guard in guards {
-            if let Err(error) = guard.release().await {
-                tracing::debug!(item = %self.item, %error, "releasing a segment lock failed");
+        work.await;
+        let mut order: Vec<usize> = (0..quantities.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(quantities[i]));
+        let mut left = n;
+        let mut parts = Vec::new();
+        for index in order {
+            let units = left.min(quantities[index]);
+            if units > 0 {
+                parts.push(commit::Part {
+                    index,
+                    before: quantities[index],
+                    units,
+                });
+                left -= units;
             }
         }
-        outcome
+        // From the first write on, the order finishes even if its caller is gone.
+        let segments =
+            commit::write_parts(self.segments.clone(), guards, parts, self.hints.clone()).await?;
+        Ok((SegmentedTaken::Taken { segments }, available - n))
     }
 
     /// Takes segment by segment in atomic steps; puts everything back when the total is short.

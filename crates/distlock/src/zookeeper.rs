@@ -41,7 +41,7 @@
 //!
 //! # The naive lock
 //!
-//! `zk+naive://` is the lock that MISSION calls the herd-effect contrast: every contender
+//! `zk+naive://` is kept as the measured contrast to the herd effect: every contender
 //! tries to create the one ephemeral node `BASE/NAME` (`BASE` is `/distlock/naive` by
 //! default) and every waiter watches it, so each release wakes every waiter and all but one
 //! go back to waiting. It is unfair and kept for measurement; use `zk://`.
@@ -206,6 +206,10 @@ struct Orphan {
     generation: u64,
     /// The lock whose lease ended, when that is why the node goes (see `State::ending`).
     ended: Option<(LockName, Owner)>,
+    /// `path` is the protected prefix of a create whose outcome is unknown (its reply was
+    /// lost and the lookup failed): the node to delete is the one starting with it, if any.
+    /// The count is how many more lookups a node not found yet gets.
+    prefix_lookups: Option<u8>,
 }
 
 impl State {
@@ -331,6 +335,22 @@ impl Shared {
             path,
             token,
             generation,
+            prefix_lookups: None,
+        });
+        self.reaper.notify_one();
+    }
+
+    /// A create of a node starting with `prefix` may have landed although it failed: the
+    /// reaper looks for that node (now and once more a little later) and deletes it, so that
+    /// it cannot block the queue for the rest of the session.
+    fn orphan_prefix(&self, prefix: &str, generation: u64) {
+        tracing::debug!(%prefix, "a lock node create has an unknown outcome; the reaper will look for it");
+        self.state().orphans.push(Orphan {
+            ended: None,
+            path: prefix.into(),
+            token: None,
+            generation,
+            prefix_lookups: Some(1),
         });
         self.reaper.notify_one();
     }
@@ -399,16 +419,45 @@ impl Shared {
                 }
                 Err(zk::Error::NoNode) => self.make_lock_node(session, lock).await?,
                 Err(zk::Error::ConnectionLoss) => {
-                    self.connected(session).await?;
-                    if let Some(node) = self.find_protected(session, lock, &prefix).await? {
-                        tracing::debug!(node = %node.path, "found the node of a create whose reply was lost");
-                        return Ok(node);
+                    let found = async {
+                        self.connected(session).await?;
+                        self.find_protected(session, lock, &prefix).await
+                    }
+                    .await;
+                    match found {
+                        Ok(Some(node)) => {
+                            tracing::debug!(node = %node.path, "found the node of a create whose reply was lost");
+                            return Ok(node);
+                        }
+                        // Not created: the next round creates it with the same prefix.
+                        Ok(None) => {}
+                        Err(error) => {
+                            self.orphan_prefix(&prefix, session.generation);
+                            return Err(error);
+                        }
                     }
                 }
                 Err(e) => return Err(self.err("create a lock node", e)),
             }
         }
+        self.orphan_prefix(&prefix, session.generation);
         Err(self.err("create a lock node", zk::Error::ConnectionLoss))
+    }
+
+    /// Deletes the node starting with the protected `prefix` (a full path prefix), if there
+    /// is one; true when one was found.
+    async fn delete_protected(&self, session: &Session, prefix: &str) -> Result<bool> {
+        let Some((lock, _)) = prefix.rsplit_once('/') else {
+            return Ok(false);
+        };
+        match self.find_protected(session, lock, prefix).await? {
+            Some(node) => {
+                tracing::debug!(node = %node.path, "deleting the node of a failed create");
+                self.delete_node(session, &node.path, None).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// The node whose path starts with `prefix`, if the server has it.
@@ -882,10 +931,10 @@ impl Backend for ZooKeeperBackend {
         let shared = &self.shared;
         let session = shared.session();
         let key = (name.clone(), owner.clone());
-        let Some((path, token, holds)) = shared
+        let Some((path, token)) = shared
             .state()
             .held(&key)
-            .map(|held| (held.path.clone(), held.token, held.holds))
+            .map(|held| (held.path.clone(), held.token))
         else {
             if shared.state().lease_ending(&key) {
                 // Its lease ended; the reaper is deleting its node.
@@ -894,28 +943,32 @@ impl Backend for ZooKeeperBackend {
             return Ok(shared.not_ours(name).await?.0);
         };
         let naive_token = shared.url.naive.then_some(token);
-        if holds > 1 {
-            let alive = shared.exists(&session, &path, token).await?;
+        // Decided and counted under one lock: two releases of one owner's holds at once must
+        // take one hold each, and exactly one of them deletes the node.
+        let remaining = {
             let mut state = shared.state();
-            return Ok(match state.held.get_mut(&key) {
-                Some(held) if held.path == path && alive => {
+            match state.held.get_mut(&key) {
+                Some(held) if held.path == path && held.holds > 1 => {
                     held.holds -= 1;
-                    Released::Released {
-                        remaining_holds: held.holds,
-                    }
+                    Some(held.holds)
                 }
                 Some(held) if held.path == path => {
                     state.held.remove(&key);
-                    Released::NotHeld
+                    None
                 }
-                _ => Released::NotHeld,
-            });
-        }
-        {
+                _ => return Ok(Released::NotHeld),
+            }
+        };
+        if let Some(remaining_holds) = remaining {
+            // One hold of several: the node stays; tell whether it is still there.
+            if shared.exists(&session, &path, token).await? {
+                return Ok(Released::Released { remaining_holds });
+            }
             let mut state = shared.state();
             if state.held.get(&key).is_some_and(|held| held.path == path) {
                 state.held.remove(&key);
             }
+            return Ok(Released::NotHeld);
         }
         match shared.delete_node(&session, &path, naive_token).await {
             Ok(true) => Ok(Released::Released { remaining_holds: 0 }),
@@ -1072,6 +1125,7 @@ impl Drop for SequentialWaiter {
                 path: node.path,
                 token: None,
                 generation: queued.generation,
+                prefix_lookups: None,
             });
             drop(state);
             self.shared.reaper.notify_one();
@@ -1241,6 +1295,7 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
                         path: held.path,
                         token,
                         generation: held.generation,
+                        prefix_lookups: None,
                     });
                 }
             }
@@ -1264,6 +1319,21 @@ async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
                 if orphan.generation != session.generation {
                     if let Some(key) = &orphan.ended {
                         strong.state().ending.remove(key);
+                    }
+                    continue;
+                }
+                if let Some(lookups) = orphan.prefix_lookups {
+                    match strong.delete_protected(&session, &orphan.path).await {
+                        Ok(true) => {}
+                        Ok(false) if lookups > 0 => failed.push(Orphan {
+                            prefix_lookups: Some(lookups - 1),
+                            ..orphan
+                        }),
+                        Ok(false) => {}
+                        Err(error) => {
+                            tracing::warn!(prefix = %orphan.path, %error, "looking for a lock node failed; retrying");
+                            failed.push(orphan);
+                        }
                     }
                     continue;
                 }

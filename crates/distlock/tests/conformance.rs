@@ -108,6 +108,12 @@ distlock::conformance_suite!(redis, redis("redis"));
 distlock::conformance_suite!(redis_spin, redis("redis+spin"));
 #[cfg(feature = "redis")]
 distlock::conformance_suite!(redis_unfair, redis_unfair());
+#[cfg(feature = "redis")]
+distlock::wire_fault_suite!(redis_wire, redis("redis"));
+#[cfg(feature = "redis")]
+distlock::wire_fault_suite!(redis_spin_wire, redis("redis+spin"));
+#[cfg(feature = "redis")]
+distlock::wire_fault_suite!(redis_unfair_wire, redis_unfair());
 
 /// The Redisson race: `?fair=false`.
 #[cfg(feature = "redis")]
@@ -354,6 +360,53 @@ mod redis_server_loss {
         );
     }
 
+    /// A release announced while the waiter's pub/sub connection is down (cut, not yet
+    /// opened again) is not slept through: when the connection is back, every waiter looks
+    /// again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_during_the_pub_sub_reconnect_wakes_the_waiter() {
+        let server = OwnRedis::start();
+        let url = format!("redis://127.0.0.1:{}/?fair=false", server.port);
+        let holder = distlock::connect(&url).await.unwrap();
+        let waiter = distlock::connect(&url).await.unwrap();
+        let guard = holder.mutex("gap").unwrap().acquire().await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let options = distlock::AcquireOptions::new().wait(Duration::from_secs(20));
+            waiter
+                .mutex("gap")
+                .unwrap()
+                .acquire_with(options)
+                .await
+                .map(|g| g.fencing_token())
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let killed = Command::new("redis-cli")
+            .args([
+                "-p",
+                &server.port.to_string(),
+                "client",
+                "kill",
+                "type",
+                "pubsub",
+            ])
+            .output()
+            .expect("redis-cli runs");
+        assert_eq!(String::from_utf8_lossy(&killed.stdout).trim(), "1");
+        // Within the 50 ms before the client opens its pub/sub connection again.
+        let released = Instant::now();
+        guard.release().await.unwrap();
+        let granted = tokio::time::timeout(Duration::from_secs(25), waiting)
+            .await
+            .expect("the waiter hung")
+            .unwrap();
+        assert!(granted.is_ok(), "{granted:?}");
+        assert!(
+            released.elapsed() < Duration::from_secs(3),
+            "the waiter was granted {:?} after a release it missed: it slept out the lease",
+            released.elapsed()
+        );
+    }
+
     /// When the server goes away, renewals fail and `lost()` fires once the lease the client
     /// last secured has run out: within one lease of the server's death, never "never".
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,6 +451,59 @@ mod redis_fair_mode {
             let name = format!("reserved/{}", fastrand::u64(..));
             fair_checks::queued_waiter_reserves_a_free_lock(&backend, &name, fair).await;
         }
+    }
+
+    /// Promise 2 for a handed-over grant: when the request that extends its short handover
+    /// lease (1 s) fails, the new holder's `lost()` fires by the end of that short lease (the
+    /// keeper is woken for it), not a renewal interval (lease / 3) later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn promise2_a_failed_handover_confirmation_fires_lost_by_the_handover_lease() {
+        use distlock::fault::{Fault, FaultyBackend, Method};
+
+        let target = redis("redis");
+        let name = format!("handover-lost/{}", fastrand::u64(..));
+        let holder = distlock::connect(target.url()).await.unwrap();
+        let held = holder
+            .mutex(name.as_str())
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        let faulty = FaultyBackend::new(distlock::open_backend(target.url()).await.unwrap());
+        // Every extension fails, so the handover is never confirmed.
+        faulty.set(Method::Extend, Fault::Fail(Duration::ZERO));
+        let waiter =
+            distlock::Locks::with_backend(faulty.clone(), distlock::ConnectOptions::new()).unwrap();
+        let waiting = tokio::spawn({
+            let mutex = waiter.mutex(name.as_str()).unwrap();
+            async move {
+                mutex
+                    .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(10)))
+                    .await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release().await.unwrap();
+        let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the waiter hung")
+            .unwrap()
+            .expect("the waiter was not granted the lock");
+        let granted_at = std::time::Instant::now();
+        let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
+        assert!(
+            faulty.faulted(Method::Extend) >= 1,
+            "no confirmation was attempted"
+        );
+        assert!(
+            lost.is_ok(),
+            "lost() did not fire although the handover was never confirmed"
+        );
+        let after = granted_at.elapsed();
+        assert!(
+            after <= Duration::from_millis(1300),
+            "lost() fired {after:?} after the handover, past its 1 s lease"
+        );
     }
 
     /// A release hands the lock straight to the first waiter: it holds the lock (one hold,

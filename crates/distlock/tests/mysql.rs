@@ -35,6 +35,23 @@ fn named() -> Target {
 
 distlock::conformance_suite!(mysql_table, table());
 distlock::conformance_suite!(mysql_named, named());
+distlock::wire_fault_suite!(mysql_table_wire, table());
+distlock::wire_fault_suite!(mysql_named_wire, named());
+
+/// Kills the connection holding the named lock `name`, as an administrator would (`KILL`).
+async fn kill_the_connection_holding(url: &str, name: &str) {
+    let admin = sqlx::MySqlPool::connect(url).await.unwrap();
+    let (holder_id,): (Option<i64>,) = sqlx::query_as("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
+        .bind(distlock::mysql::server_lock_name(name))
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    let holder_id = holder_id.expect("no connection holds the lock");
+    sqlx::raw_sql(&format!("KILL CONNECTION {holder_id}"))
+        .execute(&admin)
+        .await
+        .unwrap();
+}
 
 /// A named lock lives in its connection: when an administrator kills that connection
 /// (`KILL`), the server frees the lock at once, another client gets it with a larger token,
@@ -66,18 +83,7 @@ async fn a_killed_lock_connection_frees_the_lock_and_fires_lost() {
             .is_none()
     );
 
-    // Kill the holding connection from outside, as an administrator would.
-    let admin = sqlx::MySqlPool::connect(&url).await.unwrap();
-    let (holder_id,): (Option<i64>,) = sqlx::query_as("SELECT CAST(IS_USED_LOCK(?) AS SIGNED)")
-        .bind(distlock::mysql::server_lock_name(&name))
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-    let holder_id = holder_id.expect("no connection holds the lock");
-    sqlx::raw_sql(&format!("KILL CONNECTION {holder_id}"))
-        .execute(&admin)
-        .await
-        .unwrap();
+    kill_the_connection_holding(&url, &name).await;
 
     let granted = rival
         .mutex(name.as_str())
@@ -156,4 +162,51 @@ async fn names_differing_in_case_are_two_locks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_named_waiters_are_granted_by_the_server() {
     distlock::conformance::fair_waiters_are_served_in_order(named().url()).await;
+}
+
+/// Promise 2 (as far as a session lock allows: the server frees it the moment its connection
+/// dies): when the lock connection is killed, every lock it held fires `lost()` within a
+/// second or two, fixed-lease and renewed alike, and another owner of the same client gets
+/// the lock at once instead of waiting for the stale entry's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise2_a_killed_lock_connection_fires_lost_for_every_lease() {
+    let url = database();
+    let holder = distlock::connect(&url).await.unwrap();
+    let id = uuid::Uuid::new_v4().simple();
+    let (fixed_name, renewed_name) = (
+        format!("mysql/killed/{id}/fixed"),
+        format!("mysql/killed/{id}/renewed"),
+    );
+    let fixed = holder
+        .mutex(fixed_name.as_str())
+        .unwrap()
+        .acquire_with(distlock::AcquireOptions::new().lease(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    let renewed = holder
+        .mutex(renewed_name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+
+    kill_the_connection_holding(&url, &fixed_name).await;
+
+    for (what, guard) in [("fixed-lease", &fixed), ("renewed", &renewed)] {
+        let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the {what} lock's lost() did not fire after its connection was killed")
+            });
+        assert!(lost.is_lock_lost());
+    }
+    // Another owner of the same client is not held up by what the killed connection held.
+    let again = holder
+        .mutex(fixed_name.as_str())
+        .unwrap()
+        .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(3)))
+        .await
+        .expect("the same client could not take the lock its killed connection held");
+    assert!(again.fencing_token() > fixed.fencing_token());
+    again.release().await.unwrap();
 }

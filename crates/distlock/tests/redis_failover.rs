@@ -1,4 +1,4 @@
-//! The failover problem (MISSION §3), shown on a Sentinel group of this test's own: Redis
+//! The failover problem, shown on a Sentinel group of this test's own: Redis
 //! replicates asynchronously, so a master that dies right after a grant can take the grant
 //! with it, and the promoted replica grants the lock again. Two clients then hold it. The
 //! lock cannot prevent that; a resource that checks fencing tokens refuses the stale holder.

@@ -41,6 +41,17 @@ distlock::conformance_suite!(zk, standalone());
 distlock::conformance_suite!(zk_ensemble, ensemble());
 distlock::conformance_suite!(zk_naive, naive());
 
+/// A target whose sessions time out after 2 s, so that a partition ends them quickly.
+fn short_sessions(target: Target) -> Target {
+    let url = target.url();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Target::new(format!("{url}{separator}session_timeout=2s"))
+}
+
+distlock::wire_fault_suite!(zk_wire, short_sessions(standalone()));
+distlock::wire_fault_suite!(zk_ensemble_wire, short_sessions(ensemble()));
+distlock::wire_fault_suite!(zk_naive_wire, short_sessions(naive()));
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn zk_waiters_are_served_in_order() {
     distlock::conformance::fair_waiters_are_served_in_order(standalone().url()).await;
@@ -51,13 +62,10 @@ async fn zk_ensemble_waiters_are_served_in_order() {
     distlock::conformance::fair_waiters_are_served_in_order(ensemble().url()).await;
 }
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use distlock::fault::FaultProxy;
 use distlock::{AcquireOptions, SessionState};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use zookeeper_client as zkc;
 
@@ -165,127 +173,82 @@ async fn nodes_follow_curators_layout_and_exclude_a_curator_client() {
     granted.release().await.unwrap();
 }
 
-/// A TCP proxy between a client and one ZooKeeper server that can lose a reply: armed, it
-/// passes the client's next create request to the server, then cuts the connection before
-/// the reply comes back. It can also refuse every connection for a while (a partition).
-struct Proxy {
-    port: u16,
-    arm: Arc<AtomicBool>,
-    partitioned: Arc<AtomicBool>,
-    connections: Arc<AtomicUsize>,
-    cut: Arc<AtomicUsize>,
-    kill: Arc<tokio::sync::Notify>,
+/// A fault proxy in front of the first server of `url`.
+async fn proxy(url: &str) -> FaultProxy {
+    let server = first_server(url)
+        .parse()
+        .expect("the ZooKeeper address is host:port with a numeric host");
+    FaultProxy::start(server)
+        .await
+        .expect("start a fault proxy")
 }
 
-impl Proxy {
-    async fn start(server: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let proxy = Proxy {
-            port,
-            arm: Arc::default(),
-            partitioned: Arc::default(),
-            connections: Arc::default(),
-            cut: Arc::default(),
-            kill: Arc::default(),
-        };
-        let (arm, partitioned, connections, cut, kill) = (
-            proxy.arm.clone(),
-            proxy.partitioned.clone(),
-            proxy.connections.clone(),
-            proxy.cut.clone(),
-            proxy.kill.clone(),
-        );
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                if partitioned.load(Ordering::SeqCst) {
-                    drop(client);
-                    continue;
-                }
-                connections.fetch_add(1, Ordering::SeqCst);
-                let Ok(server) = TcpStream::connect(&server).await else {
-                    continue;
-                };
-                let (arm, cut, kill) = (arm.clone(), cut.clone(), kill.clone());
-                tokio::spawn(pipe(client, server, arm, cut, kill));
-            }
-        });
-        proxy
-    }
-
-    /// Cuts every open connection and refuses new ones until [`Proxy::heal`].
-    fn partition(&self) {
-        self.partitioned.store(true, Ordering::SeqCst);
-        self.kill.notify_waiters();
-    }
-
-    fn heal(&self) {
-        self.partitioned.store(false, Ordering::SeqCst);
-    }
+/// True for a ZooKeeper create request: its length (4 bytes), xid (4) and opcode (4), where
+/// create is 1, create2 15, createContainer 19, createTTL 21.
+fn is_create(request: &[u8]) -> bool {
+    request.len() >= 12
+        && matches!(
+            i32::from_be_bytes([request[8], request[9], request[10], request[11]]),
+            1 | 15 | 19 | 21
+        )
 }
 
-async fn pipe(
-    client: TcpStream,
-    server: TcpStream,
-    arm: Arc<AtomicBool>,
-    cut: Arc<AtomicUsize>,
-    kill: Arc<tokio::sync::Notify>,
-) {
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    // Set once the armed request is through: from then on replies are dropped.
-    let swallow = AtomicBool::new(false);
-    let requests = async {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = match client_read.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            // A request is its length (4 bytes), xid (4) and opcode (4): create is 1, create2
-            // 15, createContainer 19, createTTL 21.
-            let create = n >= 12
-                && matches!(
-                    i32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]),
-                    1 | 15 | 19 | 21
-                );
-            let armed = create && arm.swap(false, Ordering::SeqCst);
-            if armed {
-                swallow.store(true, Ordering::SeqCst);
-            }
-            if server_write.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
-            if armed {
-                // Let the server apply the request, then close with the reply unread.
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                cut.fetch_add(1, Ordering::SeqCst);
-                return;
-            }
-        }
-    };
-    let replies = async {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = match server_read.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            if swallow.load(Ordering::SeqCst) {
-                continue;
-            }
-            if client_write.write_all(&buf[..n]).await.is_err() {
-                return;
-            }
-        }
-    };
-    // Whichever side ends first ends the connection: both halves are dropped, which closes
-    // both sockets.
-    tokio::select! {
-        _ = requests => {}
-        _ = replies => {}
-        _ = kill.notified() => {}
+/// True for a ZooKeeper getChildren request (opcode 8, or 12 for getChildren2).
+fn is_list(request: &[u8]) -> bool {
+    request.len() >= 12
+        && matches!(
+            i32::from_be_bytes([request[8], request[9], request[10], request[11]]),
+            8 | 12
+        )
+}
+
+/// Promise 4: a create whose reply is lost, and whose lookup then fails too (its reply lost
+/// as well), makes the acquire fail; the node it may have made does not stay in the live
+/// session blocking the queue: it is found and deleted, and another client gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise4_a_create_whose_reply_and_lookup_fail_leaves_no_orphan() {
+    let url = standalone().url().to_owned();
+    let proxy = proxy(&url).await;
+    let locks = distlock::connect(&format!("zk://{}/", proxy.address()))
+        .await
+        .unwrap();
+    let zk = raw(&url).await;
+    let name = unique("lost_reply_and_lookup");
+    let path = lock_znode(&name);
+    zk.create(
+        &path,
+        &[],
+        &zkc::CreateMode::Container.with_acls(zkc::Acls::anyone_all()),
+    )
+    .await
+    .unwrap();
+    proxy.lose_reply_of_next(is_create);
+    proxy.lose_reply_of_next(is_list);
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(20),
+        locks.mutex(name.as_str()).unwrap().try_acquire(),
+    )
+    .await
+    .expect("try_acquire hung after the lost replies");
+    assert_eq!(
+        proxy.replies_lost(),
+        2,
+        "the create's and the lookup's replies were not both lost"
+    );
+    if let Ok(Some(guard)) = attempt {
+        // Found on a later lookup: then it is a proper grant.
+        guard.release().await.unwrap();
     }
+    let other = distlock::connect(&url).await.unwrap();
+    let granted = other
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .expect("a node of the failed create blocks the queue");
+    let children = zk.list_children(&path).await.unwrap();
+    assert_eq!(children.len(), 1, "an orphan node is left: {children:?}");
+    granted.release().await.unwrap();
 }
 
 /// A create whose reply is lost with the connection leaves no orphan: the client reconnects
@@ -293,8 +256,8 @@ async fn pipe(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_whose_reply_was_lost_is_found_by_its_prefix() {
     let url = standalone().url().to_owned();
-    let proxy = Proxy::start(first_server(&url)).await;
-    let locks = distlock::connect(&format!("zk://127.0.0.1:{}/", proxy.port))
+    let proxy = proxy(&url).await;
+    let locks = distlock::connect(&format!("zk://{}/", proxy.address()))
         .await
         .unwrap();
     let zk = raw(&url).await;
@@ -310,18 +273,14 @@ async fn a_create_whose_reply_was_lost_is_found_by_its_prefix() {
     .unwrap();
     let mutex = locks.mutex(name.as_str()).unwrap();
 
-    proxy.arm.store(true, Ordering::SeqCst);
+    proxy.lose_reply_of_next(is_create);
     let guard = tokio::time::timeout(Duration::from_secs(10), mutex.try_acquire())
         .await
         .expect("try_acquire hung after the lost reply")
         .expect("try_acquire failed after the lost reply")
         .expect("the lock was refused: an orphan node blocks it");
-    assert_eq!(proxy.cut.load(Ordering::SeqCst), 1, "no reply was lost");
-    assert_eq!(
-        proxy.connections.load(Ordering::SeqCst),
-        2,
-        "no reconnection"
-    );
+    assert_eq!(proxy.replies_lost(), 1, "no reply was lost");
+    assert_eq!(proxy.connections_accepted(), 2, "no reconnection");
     let children = zk.list_children(&path).await.unwrap();
     assert_eq!(children.len(), 1, "an orphan node was left: {children:?}");
     let (_, stat) = zk
@@ -340,13 +299,10 @@ async fn a_create_whose_reply_was_lost_is_found_by_its_prefix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_session_frees_the_lock_and_fires_lost() {
     let url = standalone().url().to_owned();
-    let proxy = Proxy::start(first_server(&url)).await;
-    let holder = distlock::connect(&format!(
-        "zk://127.0.0.1:{}/?session_timeout=2s",
-        proxy.port
-    ))
-    .await
-    .unwrap();
+    let proxy = proxy(&url).await;
+    let holder = distlock::connect(&format!("zk://{}/?session_timeout=2s", proxy.address()))
+        .await
+        .unwrap();
     let mut session = holder.session().expect("ZooKeeper has a session");
     assert_eq!(session.borrow_and_update().state, SessionState::Connected);
     let (renewed_name, fixed_name) = (unique("expiry_renewed"), unique("expiry_fixed"));

@@ -241,7 +241,7 @@ impl ConnectionLike for Commands {
         match self {
             Commands::Standalone(c) => c.req_packed_command(cmd),
             Commands::Sentinel(c) => Box::pin(c.command(cmd)),
-            Commands::Cluster(c) => c.req_packed_command(cmd),
+            Commands::Cluster(c) => Box::pin(cluster_command(c, cmd)),
         }
     }
 
@@ -254,7 +254,7 @@ impl ConnectionLike for Commands {
         match self {
             Commands::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
             Commands::Sentinel(c) => Box::pin(c.commands(pipeline, offset, count)),
-            Commands::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Commands::Cluster(c) => Box::pin(cluster_commands(c, pipeline, offset, count)),
         }
     }
 
@@ -265,6 +265,65 @@ impl ConnectionLike for Commands {
             Commands::Cluster(c) => c.get_db(),
         }
     }
+}
+
+/// How often a Cluster command refused before it ran (MOVED, TRYAGAIN, ...) is sent again.
+const CLUSTER_ATTEMPTS: u32 = 8;
+
+/// True when the server refused the command without running it, so sending it again cannot
+/// run it twice: a redirection, or a shard that cannot serve writes at the moment.
+fn refused_before_running(error: &redis::RedisError) -> bool {
+    matches!(
+        error.code(),
+        Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "READONLY" | "LOADING")
+    )
+}
+
+/// Sends one command to a Cluster at most once. The cluster connection is built without
+/// transport retries (a command whose reply was lost may have run, and our scripts are not
+/// idempotent); only a command the server refused before running it is sent again, after the
+/// connection refreshed its slot map.
+async fn cluster_command(
+    connection: &mut ClusterConnection,
+    cmd: &Cmd,
+) -> redis::RedisResult<Value> {
+    let mut attempt = 1;
+    loop {
+        match connection.req_packed_command(cmd).await {
+            Err(error) if attempt < CLUSTER_ATTEMPTS && refused_before_running(&error) => {
+                tokio::time::sleep(cluster_pause(attempt)).await;
+                attempt += 1;
+            }
+            reply => return reply,
+        }
+    }
+}
+
+/// [`cluster_command`] for a pipeline.
+async fn cluster_commands(
+    connection: &mut ClusterConnection,
+    pipeline: &Pipeline,
+    offset: usize,
+    count: usize,
+) -> redis::RedisResult<Vec<Value>> {
+    let mut attempt = 1;
+    loop {
+        match connection
+            .req_packed_commands(pipeline, offset, count)
+            .await
+        {
+            Err(error) if attempt < CLUSTER_ATTEMPTS && refused_before_running(&error) => {
+                tokio::time::sleep(cluster_pause(attempt)).await;
+                attempt += 1;
+            }
+            reply => return reply,
+        }
+    }
+}
+
+/// The pause before the `attempt`th resend: 10 ms, doubling up to 320 ms.
+fn cluster_pause(attempt: u32) -> Duration {
+    Duration::from_millis(10 << attempt.min(5))
 }
 
 /// Opens the command connection of a standalone server.

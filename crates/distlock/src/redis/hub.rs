@@ -160,6 +160,12 @@ impl ReleaseHub {
                 sink.subscribe(&listened)
                     .await
                     .map_err(backend_error("subscribe"))?;
+                // Channels listened to already: releases announced while no connection
+                // listened were missed, so every waiter looks again now instead of at its
+                // holder's lease end (a fair lock still serves them in queue order).
+                for channel in &listened {
+                    announce(&self.channels, channel, Arc::from("*"));
+                }
             }
             Ok(Subscriber {
                 sink: Sink::PubSub(sink),

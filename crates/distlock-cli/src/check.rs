@@ -1,0 +1,405 @@
+//! `distlock check`: tells an operator whether *their* deployment keeps distlock's promises.
+//!
+//! Worker processes (this binary, hidden `check-worker` subcommand) take one lock over and
+//! over; under it they do a fenced read-modify-write (+1) on a register in an SQLite file and
+//! log every grant, write and end, with its time, to a file of their own, line by line, so
+//! that a killed worker's history survives it. Meanwhile the checker injects the faults a
+//! client side can cause: it stops a worker (SIGSTOP) for longer than its lease and lets it
+//! go on, or kills it (SIGKILL) and starts another. Then it judges the whole history
+//! ([`history::check`]).
+
+mod history;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::stock::{SqliteDurability, SqliteStockStore, StockStore};
+use distlock::{AcquireOptions, ConnectOptions};
+use serde::Serialize;
+use tokio::process::{Child, Command};
+
+use crate::cli::{CheckArgs, CheckFault, CheckWorkerArgs};
+use crate::failure::{CliResult, Failure};
+use crate::progress::Progress;
+use history::{Event, Fault, Verdict};
+
+/// The register item in the SQLite file.
+const REGISTER: &str = "distlock-check";
+/// How long a worker waits for the lock before it asks again.
+const WAIT: Duration = Duration::from_secs(30);
+/// How long after the run's end the workers may take to stop.
+const STOP_GRACE: Duration = Duration::from_secs(60);
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// What `check --json` prints.
+#[derive(Debug, Serialize)]
+struct Report<'a> {
+    backend: &'a str,
+    workers: u32,
+    seconds: f64,
+    pauses: u64,
+    kills: u64,
+    #[serde(flatten)]
+    verdict: &'a Verdict,
+}
+
+struct Running {
+    id: u32,
+    child: Child,
+}
+
+pub async fn run(args: CheckArgs) -> CliResult {
+    if args.lease_ms < 100 {
+        return Err(Failure::usage("--lease-ms must be at least 100"));
+    }
+    // The backend must answer before any worker starts.
+    let locks = distlock::connect(&args.backend).await?;
+    locks.ping().await?;
+    let dir = tempfile::tempdir()?;
+    let store_path = dir.path().join("register.db");
+    let store = SqliteStockStore::open_with(&store_path, SqliteDurability::Normal)?;
+    store.set(REGISTER, 0).await?;
+    let name = format!("distlock-check/{}", uuid_like());
+    let run_for = Duration::from_secs(args.duration_s);
+    let until = now_us() + u64::try_from(run_for.as_micros()).unwrap_or(u64::MAX);
+    // Created when the run has made its acquisitions: the workers stop at their next one.
+    let stop_path = dir.path().join("stop");
+
+    let spawn = |id: u32| -> CliResult<Running> {
+        let exe = std::env::current_exe()
+            .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
+        let child = Command::new(exe)
+            .arg("check-worker")
+            .args(["--backend", &args.backend, "--name", &name])
+            .arg("--store")
+            .arg(&store_path)
+            .arg("--log")
+            .arg(log_path(dir.path(), id))
+            .args(["--id", &id.to_string()])
+            .args(["--until-us", &until.to_string()])
+            .args(["--max", &args.acquisitions.to_string()])
+            .arg("--stop")
+            .arg(&stop_path)
+            .args(["--lease-ms", &args.lease_ms.to_string()])
+            .args(["--hold-us", &args.hold_us.to_string()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            // Losses are expected here (the checker causes them): only errors are worth a line.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
+            )
+            // Only the processes this check started are ended, by their own handles.
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Failure::failed(format!("cannot start a worker process: {e}")))?;
+        Ok(Running { id, child })
+    };
+    let mut running = Vec::new();
+    for id in 0..args.workers {
+        running.push(spawn(id)?);
+    }
+    let mut next_id = args.workers;
+    let mut faults: Vec<Fault> = Vec::new();
+    let mut progress = Progress::new(!args.json);
+    let started = std::time::Instant::now();
+    let lease = Duration::from_millis(args.lease_ms);
+
+    // Faults until the run's end, one at a time, a lease or two apart.
+    while started.elapsed() < run_for {
+        // Every acquisition writes the register once (or is refused, rarely): its value is
+        // the count so far, close enough to stop by.
+        let made = store.quantity(REGISTER).await.unwrap_or(0);
+        if made >= args.acquisitions {
+            break;
+        }
+        let by_time =
+            started.elapsed().as_millis() as u64 * 1000 / run_for.as_millis().max(1) as u64;
+        let by_count = made * 1000 / args.acquisitions.max(1);
+        progress.show("checking", by_time.max(by_count), 1000);
+        let gap = lease + Duration::from_millis(fastrand::u64(0..=args.lease_ms));
+        tokio::time::sleep(gap.min(run_for.saturating_sub(started.elapsed()))).await;
+        if args.faults.is_empty() || started.elapsed() >= run_for || running.is_empty() {
+            continue;
+        }
+        let victim =
+            holding(dir.path(), &running).unwrap_or_else(|| fastrand::usize(..running.len()));
+        let Some(pid) = running[victim].child.id() else {
+            continue;
+        };
+        match args.faults[fastrand::usize(..args.faults.len())] {
+            CheckFault::Pause => {
+                let from = now_us();
+                signal(pid, libc::SIGSTOP)?;
+                // Past its lease, so that another worker may be granted the lock meanwhile.
+                tokio::time::sleep(lease + Duration::from_millis(300)).await;
+                signal(pid, libc::SIGCONT)?;
+                faults.push(Fault::Pause {
+                    w: running[victim].id,
+                    from,
+                    to: now_us(),
+                });
+            }
+            CheckFault::Kill => {
+                let at = now_us();
+                let mut gone = running.swap_remove(victim);
+                gone.child.kill().await?;
+                faults.push(Fault::Kill { w: gone.id, at });
+                if started.elapsed() + lease < run_for {
+                    running.push(spawn(next_id)?);
+                    next_id += 1;
+                }
+            }
+        }
+    }
+    progress.finish();
+    std::fs::write(&stop_path, b"")?;
+    for mut worker in running {
+        match tokio::time::timeout(STOP_GRACE, worker.child.wait()).await {
+            Ok(Ok(status)) if status.success() => {}
+            Ok(Ok(status)) => {
+                return Err(Failure::failed(format!(
+                    "worker {} exited with {status}",
+                    worker.id
+                )));
+            }
+            Ok(Err(error)) => return Err(error.into()),
+            Err(_) => {
+                return Err(Failure::failed(format!(
+                    "worker {} did not stop within {STOP_GRACE:?} of the run's end",
+                    worker.id
+                )));
+            }
+        }
+    }
+
+    let mut events = Vec::new();
+    for id in 0..next_id {
+        read_log(&log_path(dir.path(), id), &mut events)?;
+    }
+    let register = store.quantity(REGISTER).await?;
+    let verdict = history::check(&events, &faults, register);
+    let pauses = faults
+        .iter()
+        .filter(|f| matches!(f, Fault::Pause { .. }))
+        .count() as u64;
+    let kills = faults.len() as u64 - pauses;
+    let report = Report {
+        backend: &args.backend,
+        workers: args.workers,
+        seconds: started.elapsed().as_secs_f64(),
+        pauses,
+        kills,
+        verdict: &verdict,
+    };
+    if args.json {
+        let line = serde_json::to_string(&report)
+            .map_err(|e| Failure::failed(format!("cannot encode the report: {e}")))?;
+        println!("{line}");
+    } else {
+        print_table(&report);
+    }
+    if verdict.violations.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::failed(format!(
+            "{} violation(s) of distlock's promises",
+            verdict.violations.len()
+        )))
+    }
+}
+
+fn print_table(report: &Report<'_>) {
+    let v = report.verdict;
+    println!("distlock check on {}", report.backend);
+    println!("  {:<34} {}", "worker processes", report.workers);
+    println!("  {:<34} {:.1}", "seconds", report.seconds);
+    println!("  {:<34} {}", "acquisitions", v.acquisitions);
+    println!(
+        "  {:<34} {}",
+        "holders paused past their lease", report.pauses
+    );
+    println!("  {:<34} {}", "holders killed", report.kills);
+    println!("  {:<34} {}", "writes accepted", v.writes_accepted);
+    println!(
+        "  {:<34} {}",
+        "stale writes refused by fencing", v.stale_writes_refused
+    );
+    println!(
+        "  {:<34} {}",
+        "writes of killed holders, unknown", v.writes_unknown
+    );
+    println!(
+        "  {:<34} {}",
+        "overlaps after a fault (fenced)", v.overlaps_excused
+    );
+    println!("  {:<34} {}", "register", v.register);
+    println!("  {:<34} {}", "violations", v.violations.len());
+    for violation in v.violations.iter().take(20) {
+        println!("    - {violation}");
+    }
+    if v.violations.len() > 20 {
+        println!("    ... and {} more", v.violations.len() - 20);
+    }
+}
+
+fn signal(pid: u32, signal: libc::c_int) -> CliResult {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| Failure::failed(format!("process id {pid} out of range")))?;
+    // SAFETY: kill(2) with a process id this checker started and has not reaped yet.
+    let result = unsafe { libc::kill(pid, signal) };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(Failure::failed(format!(
+            "cannot signal worker process {pid}: {}",
+            std::io::Error::last_os_error()
+        )))
+    }
+}
+
+/// The index of a running worker that holds the lock now, by the last line of its log (a
+/// grant not yet ended; a worker still asking does not count): faults on a holder are the
+/// ones that test the promises.
+fn holding(dir: &Path, running: &[Running]) -> Option<usize> {
+    running.iter().position(|worker| {
+        let Ok(text) = std::fs::read(log_path(dir, worker.id)) else {
+            return false;
+        };
+        let tail = &text[text.len().saturating_sub(256)..];
+        let last = tail.split(|&b| b == b'\n').rfind(|line| !line.is_empty());
+        last.and_then(|line| serde_json::from_slice::<Event>(line).ok())
+            .is_some_and(|event| {
+                matches!(
+                    event,
+                    Event::Grant { .. } | Event::WriteBegin { .. } | Event::Write { .. }
+                )
+            })
+    })
+}
+
+fn log_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("worker-{id}.jsonl"))
+}
+
+fn read_log(path: &Path, events: &mut Vec<Event>) -> CliResult {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        // A worker killed before it wrote anything.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error.into()),
+    };
+    for line in text.lines() {
+        // The last line of a killed worker may be cut short.
+        if let Ok(event) = serde_json::from_str(line) {
+            events.push(event);
+        }
+    }
+    Ok(())
+}
+
+fn uuid_like() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
+/// One worker process: takes the lock until the run ends or it made `--max` acquisitions.
+pub async fn worker(args: CheckWorkerArgs) -> CliResult {
+    // If the checker dies (Ctrl-C, killed), this worker must not live on, least of all
+    // stopped by a pause that will never end: the kernel kills it with its parent.
+    // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+    let locks = distlock::connect_with(
+        &args.backend,
+        ConnectOptions::new().lease(Duration::from_millis(args.lease_ms)),
+    )
+    .await?;
+    let store: Arc<dyn StockStore> = Arc::new(SqliteStockStore::open_with(
+        &args.store,
+        SqliteDurability::Normal,
+    )?);
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.log)?;
+    let mut record = |event: Event| -> CliResult {
+        let line = serde_json::to_string(&event)
+            .map_err(|e| Failure::failed(format!("cannot encode an event: {e}")))?;
+        // One write per line: a killed worker leaves whole lines (but perhaps the last).
+        log.write_all(format!("{line}\n").as_bytes())?;
+        Ok(())
+    };
+    let mutex = locks.mutex(args.name.as_str())?;
+    let w = args.id;
+    let mut done = 0;
+    while done < args.max && now_us() < args.until_us && !args.stop.exists() {
+        record(Event::Ask { w, at: now_us() })?;
+        let guard = match mutex.acquire_with(AcquireOptions::new().wait(WAIT)).await {
+            Ok(guard) => guard,
+            Err(error) if error.is_timeout() => continue,
+            Err(error) => {
+                tracing::warn!(%error, "acquire failed; trying again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let token = guard.fencing_token();
+        record(Event::Grant {
+            w,
+            token,
+            at: now_us(),
+        })?;
+        record(Event::WriteBegin {
+            w,
+            token,
+            at: now_us(),
+        })?;
+        // The read-modify-write, watching the guard: the moment lost() fires is part of the
+        // history.
+        let work = async {
+            match store.read_fenced(REGISTER, token).await {
+                Ok(value) => {
+                    if args.hold_us > 0 {
+                        tokio::time::sleep(Duration::from_micros(args.hold_us)).await;
+                    }
+                    store.write_fenced(REGISTER, value + 1, token).await.is_ok()
+                }
+                Err(_) => false,
+            }
+        };
+        tokio::pin!(work);
+        let mut lost_at = None;
+        let ok = loop {
+            tokio::select! {
+                ok = &mut work => break ok,
+                _ = guard.lost(), if lost_at.is_none() => lost_at = Some(now_us()),
+            }
+        };
+        record(Event::Write {
+            w,
+            token,
+            at: now_us(),
+            ok,
+        })?;
+        if lost_at.is_none() && guard.is_lost() {
+            lost_at = Some(now_us());
+        }
+        record(Event::End {
+            w,
+            token,
+            at: now_us(),
+            lost_at,
+        })?;
+        let _ = guard.release().await;
+        done += 1;
+    }
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! `distlock check` end to end: on every backend its workers, paused and killed, keep every
+//! promise; on a lock that is not distributed (the in-process memory backend, one per worker
+//! process) it reports the overlaps and exits 1, so the check can fail.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_distlock");
+
+/// Runs a short check with faults and returns its exit status and JSON report.
+fn check(url: &str) -> (std::process::ExitStatus, Value, String) {
+    let output = Command::new(BIN)
+        .args(["check", "--backend", url, "--json"])
+        .args(["--duration-s", "6", "--workers", "3", "--lease-ms", "500"])
+        .args(["--faults", "pause,kill"])
+        .output()
+        .expect("run the distlock binary");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let report = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("no JSON report ({e}); stderr: {stderr}"));
+    (output.status, report, stderr)
+}
+
+fn number(report: &Value, field: &str) -> u64 {
+    report[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} missing: {report}"))
+}
+
+/// Promises 1 to 3 and no lost update, checked on a history with pauses and kills.
+fn keeps_its_promises(url: &str) {
+    let (status, report, stderr) = check(url);
+    let violations = report["violations"].as_array().cloned().unwrap_or_default();
+    assert!(
+        violations.is_empty(),
+        "{url}: violations {violations:?}\nstderr: {stderr}"
+    );
+    assert!(status.success(), "{url}: exit {status}; stderr: {stderr}");
+    assert!(number(&report, "acquisitions") >= 20, "{url}: {report}");
+    assert!(
+        number(&report, "pauses") + number(&report, "kills") >= 1,
+        "{url}: no fault was injected: {report}"
+    );
+}
+
+#[test]
+fn check_finds_the_overlaps_of_a_lock_that_is_not_distributed() {
+    let (status, report, _) = check("memory://check");
+    assert_eq!(status.code(), Some(1), "{report}");
+    let violations = report["violations"].as_array().cloned().unwrap_or_default();
+    assert!(!violations.is_empty(), "no violation found: {report}");
+}
+
+fn redis_url() -> String {
+    std::env::var("DISTLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+}
+
+fn postgres_url() -> String {
+    std::env::var("DISTLOCK_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1:5432/test".into())
+}
+
+fn mysql_url() -> String {
+    std::env::var("DISTLOCK_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+fn zk_url() -> String {
+    std::env::var("DISTLOCK_ZK_URL").unwrap_or_else(|_| "zk://127.0.0.1:2181/".into())
+}
+
+macro_rules! check_suite {
+    ($($backend:ident => $url:expr;)*) => {$(
+        #[test]
+        fn $backend() {
+            let (url, _keep) = $url;
+            keeps_its_promises(&url);
+        }
+    )*};
+}
+
+mod check_keeps_promises_with_faults {
+    use super::*;
+
+    check_suite! {
+        sqlite => {
+            let dir = tempfile::tempdir().unwrap();
+            (format!("sqlite://{}", dir.path().join("locks.db").display()), dir)
+        };
+        redis => (redis_url(), ());
+        redis_spin => (redis_url().replacen("redis://", "redis+spin://", 1), ());
+        postgres_advisory => (postgres_url(), ());
+        postgres_table => (format!("{}?mode=table", postgres_url()), ());
+        mysql_named => (mysql_url(), ());
+        mysql_table => (format!("{}?mode=table", mysql_url()), ());
+        zk => (format!("{}?session_timeout=2s", zk_url()), ());
+    }
+}

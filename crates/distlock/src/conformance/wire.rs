@@ -1,0 +1,235 @@
+//! Faults on the wire: the client reaches its servers through
+//! [`FaultProxy`](crate::fault::FaultProxy)s that lose a reply or partition the client in the
+//! middle of a request. For backends whose URL names the servers the client talks to (not a
+//! Sentinel group or a Cluster, which name servers of their own); see
+//! [`wire_fault_suite!`](crate::wire_fault_suite).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{acquire_within, client, free_within, lost_at, unique};
+use crate::fault::FaultProxy;
+use crate::{AcquireOptions, ConnectOptions, Guard, Locks};
+
+/// The lease of the proxied client in the partition case.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// How soon another client must get a lock after a fault: far below the 30 s lease a
+/// left-over hold would keep.
+const PROMPTLY: Duration = Duration::from_secs(5);
+
+/// Makes one `#[tokio::test]` per wire fault case in a module named after the backend.
+///
+/// `$target` gives a [`Target`](crate::conformance::Target) whose URL lists its servers as
+/// `host:port` (several separated by commas); each gets a proxy of its own.
+#[macro_export]
+macro_rules! wire_fault_suite {
+    ($backend:ident, $target:expr) => {
+        $crate::conformance_suite!(@cases $backend, $target;
+            promise4_wire_lost_acquire_reply_leaves_no_hold,
+            promise4_wire_lost_release_reply_keeps_holds_exact,
+            promise2_wire_partition_fires_lost_before_a_rival,
+        );
+    };
+}
+
+/// A backend URL rewritten to reach its servers through fault proxies.
+struct Proxied {
+    url: String,
+    proxies: Vec<FaultProxy>,
+}
+
+impl Proxied {
+    /// Starts a proxy for every server `url` names.
+    async fn new(url: &str) -> Proxied {
+        let (scheme, rest) = url
+            .split_once("://")
+            .unwrap_or_else(|| panic!("{url}: not a URL"));
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(authority_end);
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+            None => (String::new(), authority),
+        };
+        let mut proxies = Vec::new();
+        let mut addresses = Vec::new();
+        for host in hosts.split(',') {
+            let server = tokio::net::lookup_host(host)
+                .await
+                .ok()
+                .and_then(|mut found| found.next())
+                .unwrap_or_else(|| panic!("{url}: cannot resolve {host} (host:port expected)"));
+            let proxy = FaultProxy::start(server)
+                .await
+                .expect("start a fault proxy");
+            addresses.push(proxy.address().to_string());
+            proxies.push(proxy);
+        }
+        Proxied {
+            url: format!("{scheme}://{userinfo}{}{tail}", addresses.join(",")),
+            proxies,
+        }
+    }
+
+    fn lose_next_reply(&self) {
+        for proxy in &self.proxies {
+            proxy.lose_next_reply();
+        }
+    }
+
+    fn replies_lost(&self) -> u64 {
+        self.proxies.iter().map(FaultProxy::replies_lost).sum()
+    }
+
+    fn blackhole(&self) {
+        self.proxies.iter().for_each(FaultProxy::blackhole);
+    }
+
+    fn heal(&self) {
+        self.proxies.iter().for_each(FaultProxy::heal);
+    }
+}
+
+async fn connect(url: &str, options: ConnectOptions) -> Locks {
+    crate::connect_with(url, options)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+/// Another client gets `name` promptly: nothing is left behind.
+async fn free_promptly(url: &str, name: &str, what: &str) {
+    free_within(url, name, PROMPTLY, what).await;
+}
+
+/// While `guard` is not lost, another client cannot take its lock.
+async fn excluded_unless_lost(url: &str, name: &str, guard: &Guard, what: &str) {
+    let other = client(url).await;
+    let rival = other
+        .mutex(name)
+        .unwrap()
+        .try_acquire()
+        .await
+        .expect("try_acquire");
+    if let Some(rival) = rival {
+        assert!(
+            guard.is_lost(),
+            "{what}: another client got a lock whose guard is not lost"
+        );
+        rival.release().await.expect("release the rival");
+    }
+}
+
+/// Promise 4: the reply of an acquire is lost on the wire (the connection is cut as it
+/// arrives). Whatever the acquire answers, hold counts are exact: a guard it returns excludes
+/// others, and once everything is released the lock is free.
+pub async fn promise4_wire_lost_acquire_reply_leaves_no_hold(url: &str) {
+    let proxied = Proxied::new(url).await;
+    let locks = connect(&proxied.url, ConnectOptions::new()).await;
+    let name = unique("wire_lost_acquire_reply");
+    // The client's connections are open and idle: the next request is the acquire's.
+    locks.is_locked(&name).await.expect("a first request");
+    proxied.lose_next_reply();
+    let acquired = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await;
+    assert!(
+        proxied.replies_lost() >= 1,
+        "no reply was lost, so nothing was tested"
+    );
+    if let Ok(guard) = acquired {
+        excluded_unless_lost(url, &name, &guard, "lost acquire reply").await;
+        let _ = guard.release().await;
+    }
+    free_promptly(url, &name, "lost acquire reply").await;
+}
+
+/// Promise 4: the reply of the release of one of two holds is lost on the wire (or, where
+/// that release sends nothing, the reply of the last one). The other hold still excludes
+/// everyone (or its guard reports the loss, for backends whose locks die with their
+/// connection), and once both are released the lock is free.
+pub async fn promise4_wire_lost_release_reply_keeps_holds_exact(url: &str) {
+    let proxied = Proxied::new(url).await;
+    let locks = connect(&proxied.url, ConnectOptions::new()).await;
+    let name = unique("wire_lost_release_reply");
+    let outer = locks
+        .holder()
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    let inner = outer.reenter().await.expect("re-enter");
+    proxied.lose_next_reply();
+    let _ = inner.release().await;
+    excluded_unless_lost(url, &name, &outer, "lost release reply").await;
+    // Where releasing one of several holds sends nothing (session locks count them in the
+    // client), the reply lost is the last release's.
+    let _ = outer.release().await;
+    assert!(
+        proxied.replies_lost() >= 1,
+        "no reply was lost, so nothing was tested"
+    );
+    free_promptly(url, &name, "lost release reply").await;
+}
+
+/// Promise 2: the client is cut off from its servers (nothing passes either way) while it
+/// holds a renewed and a fixed-lease lock, with renewals in flight. Both guards fire `lost()`,
+/// and before another client is granted either lock.
+pub async fn promise2_wire_partition_fires_lost_before_a_rival(url: &str) {
+    let proxied = Proxied::new(url).await;
+    let locks = connect(&proxied.url, ConnectOptions::new().lease(LEASE)).await;
+    let (renewed_name, fixed_name) = (
+        unique("wire_partition/renewed"),
+        unique("wire_partition/fixed"),
+    );
+    let renewed = locks
+        .mutex(renewed_name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire the renewed lock");
+    let fixed = locks
+        .mutex(fixed_name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(LEASE))
+        .await
+        .expect("acquire the fixed-lease lock");
+    // Into the first renewal interval, so that a renewal is in flight when the cut comes.
+    tokio::time::sleep(LEASE / 3 + Duration::from_millis(50)).await;
+    proxied.blackhole();
+    let rivals = [&renewed_name, &fixed_name].map(|name| {
+        let (url, name) = (url.to_owned(), name.clone());
+        tokio::spawn(async move {
+            let rival = client(&url).await;
+            let granted = acquire_within(&rival, &name, LEASE * 5).await.ok();
+            (Instant::now(), granted)
+        })
+    });
+    let watch = Duration::from_secs(30);
+    let (renewed_lost, fixed_lost) = tokio::join!(lost_at(&renewed, watch), lost_at(&fixed, watch));
+    let renewed_lost = renewed_lost.expect("the renewed lock never fired lost() in the partition");
+    let fixed_lost = fixed_lost.expect("the fixed-lease lock never fired lost() in the partition");
+    for ((what, lost), rival) in [("renewed", renewed_lost), ("fixed-lease", fixed_lost)]
+        .into_iter()
+        .zip(rivals)
+    {
+        let (granted_at, granted) = tokio::time::timeout(watch, rival)
+            .await
+            .expect("a rival hung")
+            .expect("rival task");
+        if let Some(guard) = granted {
+            assert!(
+                lost < granted_at,
+                "a rival was granted the {what} lock {:?} before its holder fired lost()",
+                lost - granted_at
+            );
+            let _ = guard.release().await;
+        }
+    }
+    proxied.heal();
+    let _ = renewed.release().await;
+    let _ = fixed.release().await;
+}
