@@ -7,27 +7,8 @@ use std::time::Duration;
 
 use distlock::stock::{RedisStockStore, SqlStockStore, SqliteStockStore, Stock, StockStore, Taken};
 
-fn redis_url() -> String {
-    let url =
-        std::env::var("DISTLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
-    let address = url
-        .trim_start_matches("redis://")
-        .split(['/', '?'])
-        .next()
-        .unwrap_or_default()
-        .rsplit('@')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    if std::net::TcpStream::connect(&address).is_err() {
-        panic!("Redis is not reachable at {address}; start it with scripts/test");
-    }
-    url
-}
-
-fn item(prefix: &str) -> String {
-    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
-}
+mod common;
+use common::{item, redis_url};
 
 /// How each strategy under test makes one client's view of an item.
 #[derive(Clone, Copy, Debug)]
