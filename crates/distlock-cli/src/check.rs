@@ -5,10 +5,13 @@
 //! log every grant, write and end, with its time, to a file of their own, line by line, so
 //! that a killed worker's history survives it. Meanwhile the checker injects the faults a
 //! client side can cause: it stops a worker (SIGSTOP) for longer than its lease and lets it
-//! go on, or kills it (SIGKILL) and starts another. Then it judges the whole history
+//! go on, or kills it (SIGKILL) and starts another; through loopback proxies of each worker's
+//! own ([`network`]) it cuts the holder's connections, partitions it from the server past its
+//! lease, or loses the reply of its next request. Then it judges the whole history
 //! ([`history::check`]).
 
 mod history;
+mod network;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -24,11 +27,16 @@ use crate::cli::{CheckArgs, CheckFault, CheckWorkerArgs};
 use crate::failure::{CliResult, Failure};
 use crate::progress::Progress;
 use history::{Event, Fault, Verdict};
+use network::Proxies;
 
 /// The register item in the SQLite file.
 const REGISTER: &str = "distlock-check";
 /// How long a worker waits for the lock before it asks again.
 const WAIT: Duration = Duration::from_secs(30);
+/// With partitions on, one grant in this many is held for one and a half leases.
+const LONG_EVERY: u64 = 20;
+/// How long the checker waits for a long hold to partition before it lets that fault go.
+const LONG_HOLD_PATIENCE: Duration = Duration::from_secs(5);
 /// How long after the run's end the workers may take to stop.
 const STOP_GRACE: Duration = Duration::from_secs(60);
 
@@ -44,8 +52,10 @@ struct Report<'a> {
     backend: &'a str,
     workers: u32,
     seconds: f64,
-    pauses: u64,
-    kills: u64,
+    /// How many faults of each kind were injected.
+    faults: std::collections::BTreeMap<&'static str, u64>,
+    /// Replies the proxies kept from the workers (a lose-reply fault waits for a request).
+    replies_lost: u64,
     #[serde(flatten)]
     verdict: &'a Verdict,
 }
@@ -53,11 +63,72 @@ struct Report<'a> {
 struct Running {
     id: u32,
     child: Child,
+    /// The worker's proxies, when network faults are on.
+    proxies: Option<Proxies>,
+}
+
+/// What every worker process is started with.
+struct Spawner<'a> {
+    args: &'a CheckArgs,
+    name: String,
+    dir: &'a Path,
+    store_path: PathBuf,
+    stop_path: PathBuf,
+    until: u64,
+    /// Route each worker through proxies of its own.
+    proxied: bool,
+    /// Every this many grants a worker holds past its lease (for the partitions to catch).
+    long_every: u64,
+}
+
+impl Spawner<'_> {
+    async fn spawn(&self, id: u32) -> CliResult<Running> {
+        let args = self.args;
+        let (proxies, backend) = if self.proxied {
+            let (proxies, url) = Proxies::start(&args.backend).await?;
+            (Some(proxies), url)
+        } else {
+            (None, args.backend.clone())
+        };
+        let exe = std::env::current_exe()
+            .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
+        let child = Command::new(exe)
+            .arg("check-worker")
+            .args(["--backend", &backend, "--name", &self.name])
+            .arg("--store")
+            .arg(&self.store_path)
+            .arg("--log")
+            .arg(log_path(self.dir, id))
+            .args(["--id", &id.to_string()])
+            .args(["--until-us", &self.until.to_string()])
+            .args(["--max", &args.acquisitions.to_string()])
+            .arg("--stop")
+            .arg(&self.stop_path)
+            .args(["--lease-ms", &args.lease_ms.to_string()])
+            .args(["--hold-us", &args.hold_us.to_string()])
+            .args(["--long-every", &self.long_every.to_string()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            // Losses are expected here (the checker causes them): only errors are worth a line.
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
+            )
+            // Only the processes this check started are ended, by their own handles.
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| Failure::failed(format!("cannot start a worker process: {e}")))?;
+        Ok(Running { id, child, proxies })
+    }
 }
 
 pub async fn run(args: CheckArgs) -> CliResult {
     if args.lease_ms < 100 {
         return Err(Failure::usage("--lease-ms must be at least 100"));
+    }
+    let proxied = args.faults.iter().any(|fault| fault.is_network());
+    if proxied {
+        Proxies::check_url(&args.backend)?;
     }
     // The backend must answer before any worker starts.
     let locks = distlock::connect(&args.backend).await?;
@@ -72,42 +143,29 @@ pub async fn run(args: CheckArgs) -> CliResult {
     // Created when the run has made its acquisitions: the workers stop at their next one.
     let stop_path = dir.path().join("stop");
 
-    let spawn = |id: u32| -> CliResult<Running> {
-        let exe = std::env::current_exe()
-            .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
-        let child = Command::new(exe)
-            .arg("check-worker")
-            .args(["--backend", &args.backend, "--name", &name])
-            .arg("--store")
-            .arg(&store_path)
-            .arg("--log")
-            .arg(log_path(dir.path(), id))
-            .args(["--id", &id.to_string()])
-            .args(["--until-us", &until.to_string()])
-            .args(["--max", &args.acquisitions.to_string()])
-            .arg("--stop")
-            .arg(&stop_path)
-            .args(["--lease-ms", &args.lease_ms.to_string()])
-            .args(["--hold-us", &args.hold_us.to_string()])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            // Losses are expected here (the checker causes them): only errors are worth a line.
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or_else(|_| "error".into()),
-            )
-            // Only the processes this check started are ended, by their own handles.
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| Failure::failed(format!("cannot start a worker process: {e}")))?;
-        Ok(Running { id, child })
+    // Locks that end with their connection: a cut may let a rival in before lost() fires.
+    let frees = locks.session().is_some() && !locks.backend_scheme().starts_with("zk");
+    let spawner = Spawner {
+        args: &args,
+        name,
+        dir: dir.path(),
+        store_path,
+        stop_path: stop_path.clone(),
+        until,
+        proxied,
+        long_every: if args.faults.contains(&CheckFault::Partition) {
+            LONG_EVERY
+        } else {
+            0
+        },
     };
     let mut running = Vec::new();
     for id in 0..args.workers {
-        running.push(spawn(id)?);
+        running.push(spawner.spawn(id).await?);
     }
     let mut next_id = args.workers;
     let mut faults: Vec<Fault> = Vec::new();
+    let mut gone_replies_lost = 0;
     let mut progress = Progress::new(!args.json);
     let started = std::time::Instant::now();
     let lease = Duration::from_millis(args.lease_ms);
@@ -129,12 +187,20 @@ pub async fn run(args: CheckArgs) -> CliResult {
         if args.faults.is_empty() || started.elapsed() >= run_for || running.is_empty() {
             continue;
         }
-        let victim =
-            holding(dir.path(), &running).unwrap_or_else(|| fastrand::usize(..running.len()));
+        let fault = args.faults[fastrand::usize(..args.faults.len())];
+        let victim = if fault == CheckFault::Partition {
+            // A hold that outlasts its lease: the partition must catch the holder inside it.
+            let Some(victim) = long_holder(dir.path(), &running).await else {
+                continue;
+            };
+            victim
+        } else {
+            holding(dir.path(), &running).unwrap_or_else(|| fastrand::usize(..running.len()))
+        };
         let Some(pid) = running[victim].child.id() else {
             continue;
         };
-        match args.faults[fastrand::usize(..args.faults.len())] {
+        match fault {
             CheckFault::Pause => {
                 let from = now_us();
                 signal(pid, libc::SIGSTOP)?;
@@ -150,17 +216,52 @@ pub async fn run(args: CheckArgs) -> CliResult {
             CheckFault::Kill => {
                 let at = now_us();
                 let mut gone = running.swap_remove(victim);
+                gone_replies_lost += gone.proxies.as_ref().map_or(0, Proxies::replies_lost);
                 gone.child.kill().await?;
                 faults.push(Fault::Kill { w: gone.id, at });
                 if started.elapsed() + lease < run_for {
-                    running.push(spawn(next_id)?);
+                    running.push(spawner.spawn(next_id).await?);
                     next_id += 1;
                 }
+            }
+            network => {
+                let worker = &running[victim];
+                let Some(proxies) = &worker.proxies else {
+                    continue;
+                };
+                let (w, at) = (worker.id, now_us());
+                faults.push(match network {
+                    CheckFault::Cut => {
+                        proxies.cut();
+                        Fault::Cut { w, at, frees }
+                    }
+                    CheckFault::LoseReply => {
+                        proxies.lose_next_reply();
+                        Fault::LostReply { w, at, frees }
+                    }
+                    _ => {
+                        proxies.partition();
+                        // Past its lease: the server may end it and grant another meanwhile.
+                        tokio::time::sleep(lease + Duration::from_millis(300)).await;
+                        proxies.heal();
+                        Fault::Partition {
+                            w,
+                            from: at,
+                            to: now_us(),
+                        }
+                    }
+                });
             }
         }
     }
     progress.finish();
     std::fs::write(&stop_path, b"")?;
+    let replies_lost = running
+        .iter()
+        .filter_map(|w| w.proxies.as_ref())
+        .map(Proxies::replies_lost)
+        .sum::<u64>()
+        + gone_replies_lost;
     for mut worker in running {
         match tokio::time::timeout(STOP_GRACE, worker.child.wait()).await {
             Ok(Ok(status)) if status.success() => {}
@@ -186,17 +287,16 @@ pub async fn run(args: CheckArgs) -> CliResult {
     }
     let register = store.quantity(REGISTER).await?;
     let verdict = history::check(&events, &faults, register);
-    let pauses = faults
-        .iter()
-        .filter(|f| matches!(f, Fault::Pause { .. }))
-        .count() as u64;
-    let kills = faults.len() as u64 - pauses;
+    let mut counts = std::collections::BTreeMap::new();
+    for fault in &faults {
+        *counts.entry(fault.kind()).or_insert(0) += 1;
+    }
     let report = Report {
         backend: &args.backend,
         workers: args.workers,
         seconds: started.elapsed().as_secs_f64(),
-        pauses,
-        kills,
+        faults: counts,
+        replies_lost,
         verdict: &verdict,
     };
     if args.json {
@@ -222,11 +322,23 @@ fn print_table(report: &Report<'_>) {
     println!("  {:<34} {}", "worker processes", report.workers);
     println!("  {:<34} {:.1}", "seconds", report.seconds);
     println!("  {:<34} {}", "acquisitions", v.acquisitions);
-    println!(
-        "  {:<34} {}",
-        "holders paused past their lease", report.pauses
-    );
-    println!("  {:<34} {}", "holders killed", report.kills);
+    for (kind, label) in [
+        ("pause", "holders paused past their lease"),
+        ("kill", "holders killed"),
+        ("cut", "holders' connections cut"),
+        ("partition", "holders partitioned past lease"),
+        ("lose-reply", "holders' replies lost"),
+    ] {
+        if let Some(count) = report.faults.get(kind) {
+            println!("  {:<34} {count}", label);
+        }
+    }
+    if report.faults.contains_key("lose-reply") {
+        println!(
+            "  {:<34} {}",
+            "replies lost (in flight)", report.replies_lost
+        );
+    }
     println!("  {:<34} {}", "writes accepted", v.writes_accepted);
     println!(
         "  {:<34} {}",
@@ -270,19 +382,39 @@ fn signal(pid: u32, signal: libc::c_int) -> CliResult {
 /// ones that test the promises.
 fn holding(dir: &Path, running: &[Running]) -> Option<usize> {
     running.iter().position(|worker| {
-        let Ok(text) = std::fs::read(log_path(dir, worker.id)) else {
-            return false;
-        };
-        let tail = &text[text.len().saturating_sub(256)..];
-        let last = tail.split(|&b| b == b'\n').rfind(|line| !line.is_empty());
-        last.and_then(|line| serde_json::from_slice::<Event>(line).ok())
-            .is_some_and(|event| {
-                matches!(
-                    event,
-                    Event::Grant { .. } | Event::WriteBegin { .. } | Event::Write { .. }
-                )
-            })
+        matches!(
+            last_event(dir, worker.id),
+            Some(
+                Event::Grant { .. }
+                    | Event::Long { .. }
+                    | Event::WriteBegin { .. }
+                    | Event::Write { .. }
+            )
+        )
     })
+}
+
+/// Waits (up to [`LONG_HOLD_PATIENCE`]) for a worker that has just begun a long hold.
+async fn long_holder(dir: &Path, running: &[Running]) -> Option<usize> {
+    let deadline = std::time::Instant::now() + LONG_HOLD_PATIENCE;
+    while std::time::Instant::now() < deadline {
+        let long = running
+            .iter()
+            .position(|worker| matches!(last_event(dir, worker.id), Some(Event::Long { .. })));
+        if long.is_some() {
+            return long;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// The last whole event of a worker's log.
+fn last_event(dir: &Path, id: u32) -> Option<Event> {
+    let text = std::fs::read(log_path(dir, id)).ok()?;
+    let tail = &text[text.len().saturating_sub(256)..];
+    let last = tail.split(|&b| b == b'\n').rfind(|line| !line.is_empty())?;
+    serde_json::from_slice::<Event>(last).ok()
 }
 
 fn log_path(dir: &Path, id: u32) -> PathBuf {
@@ -362,13 +494,22 @@ pub async fn worker(args: CheckWorkerArgs) -> CliResult {
             token,
             at: now_us(),
         })?;
+        let mut hold = Duration::from_micros(args.hold_us);
+        if args.long_every > 0 && done % args.long_every == args.long_every - 1 {
+            hold = hold.max(Duration::from_millis(args.lease_ms * 3 / 2));
+            record(Event::Long {
+                w,
+                token,
+                at: now_us(),
+            })?;
+        }
         // The read-modify-write, watching the guard: the moment lost() fires is part of the
         // history.
         let work = async {
             match store.read_fenced(REGISTER, token).await {
                 Ok(value) => {
-                    if args.hold_us > 0 {
-                        tokio::time::sleep(Duration::from_micros(args.hold_us)).await;
+                    if !hold.is_zero() {
+                        tokio::time::sleep(hold).await;
                     }
                     store.write_fenced(REGISTER, value + 1, token).await.is_ok()
                 }

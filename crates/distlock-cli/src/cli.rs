@@ -198,7 +198,11 @@ pub struct CheckArgs {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=64))]
     pub workers: u32,
     /// Faults to inject, comma-separated: pause (SIGSTOP a worker past its lease, then
-    /// SIGCONT), kill (SIGKILL a worker and start another). Empty: none.
+    /// SIGCONT), kill (SIGKILL a worker and start another), and through a loopback proxy per
+    /// worker: cut (reset its connections), partition (nothing passes for its lease plus
+    /// 300 ms), lose-reply (its next request reaches the server, its reply is lost). The
+    /// network faults need a backend whose URL names every server it connects to (not
+    /// SQLite, TLS, Sentinel or Cluster). Empty: none.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pause,kill")]
     pub faults: Vec<CheckFault>,
     /// The workers' renewed lease, in milliseconds (a pause lasts this long plus 300 ms).
@@ -217,6 +221,19 @@ pub struct CheckArgs {
 pub enum CheckFault {
     Pause,
     Kill,
+    Cut,
+    Partition,
+    LoseReply,
+}
+
+impl CheckFault {
+    /// Faults the checker causes through the workers' proxies.
+    pub fn is_network(self) -> bool {
+        matches!(
+            self,
+            CheckFault::Cut | CheckFault::Partition | CheckFault::LoseReply
+        )
+    }
 }
 
 #[derive(Debug, Args)]
@@ -242,6 +259,9 @@ pub struct CheckWorkerArgs {
     pub lease_ms: u64,
     #[arg(long)]
     pub hold_us: u64,
+    /// Every this many grants, hold for one and a half leases instead (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub long_every: u64,
 }
 
 #[derive(Debug, Args)]

@@ -1,5 +1,6 @@
 //! `distlock check` end to end: on every backend its workers, paused and killed, keep every
-//! promise; on a lock that is not distributed (the in-process memory backend, one per worker
+//! promise, and so they do on every networked backend with their connections cut,
+//! partitioned and losing replies; on a lock that is not distributed (the in-process memory backend, one per worker
 //! process) it reports the overlaps and exits 1, so the check can fail.
 
 use std::process::Command;
@@ -8,12 +9,17 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_distlock");
 
-/// Runs a short check with faults and returns its exit status and JSON report.
-fn check(url: &str) -> (std::process::ExitStatus, Value, String) {
+/// The process faults, which every backend takes.
+const PROCESS_FAULTS: &str = "pause,kill";
+/// The faults the checker causes through each worker's proxy.
+const NETWORK_FAULTS: &str = "cut,partition,lose-reply";
+
+/// Runs a short check with `faults` and returns its exit status and JSON report.
+fn check(url: &str, faults: &str) -> (std::process::ExitStatus, Value, String) {
     let output = Command::new(BIN)
         .args(["check", "--backend", url, "--json"])
         .args(["--duration-s", "6", "--workers", "3", "--lease-ms", "500"])
-        .args(["--faults", "pause,kill"])
+        .args(["--faults", faults])
         .output()
         .expect("run the distlock binary");
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -28,9 +34,9 @@ fn number(report: &Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} missing: {report}"))
 }
 
-/// Promises 1 to 3 and no lost update, checked on a history with pauses and kills.
-fn keeps_its_promises(url: &str) {
-    let (status, report, stderr) = check(url);
+/// Promises 1 to 3 and no lost update, checked on a history with `faults`.
+fn keeps_its_promises(url: &str, faults: &str) {
+    let (status, report, stderr) = check(url, faults);
     let violations = report["violations"].as_array().cloned().unwrap_or_default();
     assert!(
         violations.is_empty(),
@@ -38,15 +44,16 @@ fn keeps_its_promises(url: &str) {
     );
     assert!(status.success(), "{url}: exit {status}; stderr: {stderr}");
     assert!(number(&report, "acquisitions") >= 20, "{url}: {report}");
-    assert!(
-        number(&report, "pauses") + number(&report, "kills") >= 1,
-        "{url}: no fault was injected: {report}"
-    );
+    let injected: u64 = report["faults"]
+        .as_object()
+        .map(|kinds| kinds.values().filter_map(Value::as_u64).sum())
+        .unwrap_or(0);
+    assert!(injected >= 1, "{url}: no fault was injected: {report}");
 }
 
 #[test]
 fn check_finds_the_overlaps_of_a_lock_that_is_not_distributed() {
-    let (status, report, _) = check("memory://check");
+    let (status, report, _) = check("memory://check", PROCESS_FAULTS);
     assert_eq!(status.code(), Some(1), "{report}");
     let violations = report["violations"].as_array().cloned().unwrap_or_default();
     assert!(!violations.is_empty(), "no violation found: {report}");
@@ -71,11 +78,11 @@ fn zk_url() -> String {
 }
 
 macro_rules! check_suite {
-    ($($backend:ident => $url:expr;)*) => {$(
+    ($faults:expr; $($backend:ident => $url:expr;)*) => {$(
         #[test]
         fn $backend() {
             let (url, _keep) = $url;
-            keeps_its_promises(&url);
+            keeps_its_promises(&url, $faults);
         }
     )*};
 }
@@ -84,6 +91,7 @@ mod check_keeps_promises_with_faults {
     use super::*;
 
     check_suite! {
+        PROCESS_FAULTS;
         sqlite => {
             let dir = tempfile::tempdir().unwrap();
             (format!("sqlite://{}", dir.path().join("locks.db").display()), dir)
@@ -95,5 +103,37 @@ mod check_keeps_promises_with_faults {
         mysql_named => (mysql_url(), ());
         mysql_table => (format!("{}?mode=table", mysql_url()), ());
         zk => (format!("{}?session_timeout=2s", zk_url()), ());
+    }
+}
+
+mod check_keeps_promises_with_network_faults {
+    use super::*;
+
+    check_suite! {
+        NETWORK_FAULTS;
+        redis => (redis_url(), ());
+        redis_spin => (redis_url().replacen("redis://", "redis+spin://", 1), ());
+        postgres_advisory => (postgres_url(), ());
+        postgres_table => (format!("{}?mode=table", postgres_url()), ());
+        mysql_named => (mysql_url(), ());
+        mysql_table => (format!("{}?mode=table", mysql_url()), ());
+        zk => (format!("{}?session_timeout=2s", zk_url()), ());
+    }
+}
+
+/// Network faults on a backend without a network, or one whose client connects to addresses
+/// its servers announce, are refused before any worker starts: exit 2 and the reason.
+#[test]
+fn network_faults_on_an_unroutable_backend_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("locks.db").display());
+    for url in [sqlite.as_str(), "redis+cluster://127.0.0.1:7000/"] {
+        let output = Command::new(BIN)
+            .args(["check", "--backend", url, "--faults", "cut"])
+            .output()
+            .expect("run the distlock binary");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{url}: {stderr}");
+        assert!(stderr.contains("network faults"), "{url}: {stderr}");
     }
 }
