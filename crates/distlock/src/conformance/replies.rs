@@ -185,3 +185,80 @@ pub async fn promise4_concurrent_releases_keep_holds_exact(url: &str) {
         free_promptly(url, &name, &format!("concurrent releases, round {round}")).await;
     }
 }
+
+/// Waits up to 5 s for the fault set on `method` to strike once.
+async fn until_faulted(faulty: &FaultyBackend, method: Method, what: &str) {
+    let struck = tokio::time::timeout(Duration::from_secs(5), async {
+        while faulty.faulted(method) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(struck.is_ok(), "{what}: the fault was never injected");
+}
+
+/// Promise 4: a waiter's enqueue (its subscription; a fair backend's queue entry) whose
+/// reply is lost leaves no entry behind: whatever the waiter's acquire answers, once the
+/// holder and the waiter are done another client gets the lock promptly.
+pub async fn promise4_lost_enqueue_reply_leaves_no_queue_entry(url: &str) {
+    let name = unique("lost_enqueue_reply");
+    let holder = client(url).await;
+    let held = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    let (locks, faulty) = faulty(url).await;
+    faulty.set_times(Method::Subscribe, Fault::LoseReply(Duration::ZERO), 1);
+    let waiting = {
+        let name = name.clone();
+        tokio::spawn(async move {
+            let options = AcquireOptions::new().wait(Duration::from_secs(10));
+            let acquired = locks
+                .mutex(name.as_str())
+                .unwrap()
+                .acquire_with(options)
+                .await;
+            if let Ok(guard) = acquired {
+                guard.release().await.expect("release the waiter's grant");
+            }
+            locks
+        })
+    };
+    until_faulted(&faulty, Method::Subscribe, "lost enqueue reply").await;
+    held.release().await.expect("release the holder's grant");
+    let _locks = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter hung")
+        .expect("waiter task");
+    // Well under the 1 s handover lease a fair backend gives an entry at the head of its
+    // queue: an entry left behind would hold the next client up for that long.
+    free_within(url, &name, Duration::from_millis(600), "lost enqueue reply").await;
+}
+
+/// Promise 4: a renewal whose reply is lost (it ran on the server) does not cost the lock:
+/// the next renewal keeps it, the guard is not lost, others stay excluded, and releasing it
+/// frees it.
+pub async fn promise4_lost_renewal_reply_keeps_the_lock(url: &str) {
+    let lease = Duration::from_secs(1);
+    let (locks, faulty) = faulty_client(url, ConnectOptions::new().lease(lease)).await;
+    let name = unique("lost_renewal_reply");
+    let guard = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    faulty.set_times(Method::Renew, Fault::LoseReply(Duration::ZERO), 1);
+    until_faulted(&faulty, Method::Renew, "lost renewal reply").await;
+    // Two more leases: the lock lives on by the renewals after the lost reply.
+    let lost = tokio::time::timeout(lease * 2, guard.lost()).await;
+    assert!(
+        lost.is_err(),
+        "the lock was lost after one renewal reply was lost"
+    );
+    still_excluded(url, &name, "lost renewal reply").await;
+    guard.release().await.expect("release");
+    free_promptly(url, &name, "lost renewal reply").await;
+}
