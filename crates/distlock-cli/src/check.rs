@@ -33,8 +33,6 @@ use network::Proxies;
 const REGISTER: &str = "distlock-check";
 /// How long a worker waits for the lock before it asks again.
 const WAIT: Duration = Duration::from_secs(30);
-/// With partitions on, one grant in this many is held for one and a half leases.
-const LONG_EVERY: u64 = 20;
 /// How long the checker waits for a long hold to partition before it lets that fault go.
 const LONG_HOLD_PATIENCE: Duration = Duration::from_secs(5);
 /// How long after the run's end the workers may take to stop.
@@ -77,8 +75,6 @@ struct Spawner<'a> {
     until: u64,
     /// Route each worker through proxies of its own.
     proxied: bool,
-    /// Every this many grants a worker holds past its lease (for the partitions to catch).
-    long_every: u64,
 }
 
 impl Spawner<'_> {
@@ -106,7 +102,8 @@ impl Spawner<'_> {
             .arg(&self.stop_path)
             .args(["--lease-ms", &args.lease_ms.to_string()])
             .args(["--hold-us", &args.hold_us.to_string()])
-            .args(["--long-every", &self.long_every.to_string()])
+            .arg("--long-flag")
+            .arg(long_flag(self.dir, id))
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             // Losses are expected here (the checker causes them): only errors are worth a line.
@@ -153,11 +150,6 @@ pub async fn run(args: CheckArgs) -> CliResult {
         stop_path: stop_path.clone(),
         until,
         proxied,
-        long_every: if args.faults.contains(&CheckFault::Partition) {
-            LONG_EVERY
-        } else {
-            0
-        },
     };
     let mut running = Vec::new();
     for id in 0..args.workers {
@@ -190,7 +182,7 @@ pub async fn run(args: CheckArgs) -> CliResult {
         let fault = args.faults[fastrand::usize(..args.faults.len())];
         let victim = if fault == CheckFault::Partition {
             // A hold that outlasts its lease: the partition must catch the holder inside it.
-            let Some(victim) = long_holder(dir.path(), &running).await else {
+            let Some(victim) = long_holder(dir.path(), &running).await? else {
                 continue;
             };
             victim
@@ -394,19 +386,29 @@ fn holding(dir: &Path, running: &[Running]) -> Option<usize> {
     })
 }
 
-/// Waits (up to [`LONG_HOLD_PATIENCE`]) for a worker that has just begun a long hold.
-async fn long_holder(dir: &Path, running: &[Running]) -> Option<usize> {
+/// Asks a random worker for a long hold at its next grant and waits (up to
+/// [`LONG_HOLD_PATIENCE`]) until it has begun; `None` when it did not in time.
+async fn long_holder(dir: &Path, running: &[Running]) -> CliResult<Option<usize>> {
+    let chosen = fastrand::usize(..running.len());
+    let flag = long_flag(dir, running[chosen].id);
+    std::fs::write(&flag, b"")?;
     let deadline = std::time::Instant::now() + LONG_HOLD_PATIENCE;
     while std::time::Instant::now() < deadline {
-        let long = running
-            .iter()
-            .position(|worker| matches!(last_event(dir, worker.id), Some(Event::Long { .. })));
-        if long.is_some() {
-            return long;
+        if matches!(
+            last_event(dir, running[chosen].id),
+            Some(Event::Long { .. })
+        ) {
+            return Ok(Some(chosen));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    None
+    // Not taken up in time: withdrawn, so that no long hold comes without its partition.
+    let _ = std::fs::remove_file(&flag);
+    Ok(None)
+}
+
+fn long_flag(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("long-{id}"))
 }
 
 /// The last whole event of a worker's log.
@@ -495,7 +497,7 @@ pub async fn worker(args: CheckWorkerArgs) -> CliResult {
             at: now_us(),
         })?;
         let mut hold = Duration::from_micros(args.hold_us);
-        if args.long_every > 0 && done % args.long_every == args.long_every - 1 {
+        if std::fs::remove_file(&args.long_flag).is_ok() {
             hold = hold.max(Duration::from_millis(args.lease_ms * 3 / 2));
             record(Event::Long {
                 w,

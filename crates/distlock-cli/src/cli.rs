@@ -259,9 +259,10 @@ pub struct CheckWorkerArgs {
     pub lease_ms: u64,
     #[arg(long)]
     pub hold_us: u64,
-    /// Every this many grants, hold for one and a half leases instead (0: never).
-    #[arg(long, default_value_t = 0)]
-    pub long_every: u64,
+    /// When this file exists at a grant, the worker removes it and holds for one and a half
+    /// leases instead (the checker asks for such a hold before a partition).
+    #[arg(long)]
+    pub long_flag: PathBuf,
 }
 
 #[derive(Debug, Args)]

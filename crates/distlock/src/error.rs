@@ -61,7 +61,8 @@ pub enum Error {
 
     /// The URL names a backend that is planned but not part of this release.
     #[error(
-        "the {scheme}:// backend is not in this release yet; available now: memory://, sqlite://, redis://, rediss://, redis+spin://, redis+sentinel://, redis+cluster://, zk://, zk+naive://, postgres://, mysql://, mariadb://"
+        "the {scheme}:// backend is not in this release yet; available in this build: {}",
+        crate::scheme::available_list()
     )]
     NotYetAvailable {
         /// The URL scheme.

@@ -43,13 +43,14 @@
 //! | `redis+sentinel://s1:26379,s2:26379/service` | the reentrant lock on the master a Sentinel group names, found again after a failover | `redis` | as `redis://` | when the lease ends |
 //! | `redis+cluster://n1:7000,n2:7001/` | the reentrant lock on a Redis Cluster, sharded pub/sub wake-up | `redis` | as `redis://` | when the lease ends |
 //! | `zk://h1:2181,h2:2181/base/path` | ZooKeeper sequential-node lock (Curator-compatible), one watch per waiter | `zookeeper` | in arrival order | when its session times out (`?session_timeout=`, 10 s) |
-//! | `postgres://user@host:5432/db` | PostgreSQL session advisory locks, each on a connection the lock owns | `postgres` | in the server's queue order | when its connection closes |
+//! | `postgres://user@host:5432/db` (or `postgresql://`) | PostgreSQL session advisory locks, each on a connection the lock owns | `postgres` | in the server's queue order | when its connection closes |
 //! | `postgres://user@host:5432/db?mode=table` | table-record lock in a PostgreSQL table, LISTEN/NOTIFY wake-up | `postgres` | first to ask after the release | when the lease ends |
 //! | `zk+naive://h1:2181/` | one ephemeral node that every waiter watches (the herd effect, for comparison) | `zookeeper` | first to ask after the release | when its session times out |
 //! | `mysql://user@host:3306/db` (or `mariadb://`) | MySQL/MariaDB named locks (`GET_LOCK`), each on a connection the lock owns | `mysql` | in the server's order | when its connection closes |
 //! | `mysql://user@host:3306/db?mode=table` | table-record lock in a MySQL table; waiters in other clients poll | `mysql` | first to ask after the release | when the lease ends |
 //!
-//! Every Redis URL takes `?fair=false` (first to ask wins) and `?spin=true` (the spin lock's
+//! Each scheme's query options are in [`SCHEMES`]; an unknown key is refused with the list of
+//! known ones. Every Redis URL takes `?fair=false` (first to ask wins) and `?spin=true` (the spin lock's
 //! polling instead of pub/sub). Redis replicates asynchronously: a failover can lose a grant,
 //! and only a resource that checks fencing tokens is safe then (see `docs/backends/redis.md`).
 //!
@@ -101,6 +102,7 @@ mod name;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod scheme;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session;
 mod settle;
@@ -118,9 +120,7 @@ pub use crate::client::{ConnectOptions, DEFAULT_LEASE, Locks, MAX_DURATION, MIN_
 pub use crate::error::{BoxError, Error, Result};
 pub use crate::mutex::{AcquireOptions, Guard, Holder, Mutex};
 pub use crate::name::{LockName, MAX_NAME_BYTES};
-
-/// Schemes of backends that later releases add.
-const PLANNED: &[&str] = &["etcd"];
+pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};
 
 /// Connects to the backend a URL names, with default options. See the crate docs for the
 /// URLs.
@@ -150,70 +150,41 @@ pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<Locks> {
 /// # Errors
 /// As [`connect`].
 pub async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(Error::invalid(
-            "URL",
-            format!(
-                "{url:?} has no scheme; write it as memory://, sqlite:///path/to/locks.db, ..."
-            ),
-        ));
-    };
-    match scheme {
-        "memory" => Ok(Arc::new(if rest.is_empty() {
-            memory::MemoryBackend::new()
-        } else {
-            memory::MemoryBackend::named(rest)
-        })),
+    let (scheme, _) = scheme::of_url(url)?;
+    if scheme.kind == BackendKind::Etcd {
+        return Err(Error::NotYetAvailable {
+            scheme: scheme.name.to_owned(),
+        });
+    }
+    match scheme.kind {
+        BackendKind::Memory => {
+            let (base, _) = scheme::Query::parse(url)?;
+            let name = base.strip_prefix("memory://").unwrap_or_default();
+            Ok(Arc::new(if name.is_empty() {
+                memory::MemoryBackend::new()
+            } else {
+                memory::MemoryBackend::named(name)
+            }))
+        }
         #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(sqlite::SqliteBackend::open(rest).await?)),
-        #[cfg(not(feature = "sqlite"))]
-        "sqlite" => Err(Error::FeatureDisabled {
-            scheme: "sqlite".into(),
-            feature: "sqlite",
-        }),
+        BackendKind::Sqlite => Ok(Arc::new(
+            sqlite::SqliteBackend::open(url.trim_start_matches("sqlite://")).await?,
+        )),
         #[cfg(feature = "redis")]
-        "redis" | "rediss" | "redis+spin" | "redis+sentinel" | "redis+cluster" => {
-            Ok(Arc::new(crate::redis::RedisBackend::connect(url).await?))
-        }
-        #[cfg(not(feature = "redis"))]
-        "redis" | "rediss" | "redis+spin" | "redis+sentinel" | "redis+cluster" => {
-            Err(Error::FeatureDisabled {
-                scheme: scheme.into(),
-                feature: "redis",
-            })
-        }
+        BackendKind::Redis => Ok(Arc::new(crate::redis::RedisBackend::connect(url).await?)),
         #[cfg(feature = "zookeeper")]
-        "zk" | "zk+naive" => Ok(Arc::new(
+        BackendKind::ZooKeeper => Ok(Arc::new(
             crate::zookeeper::ZooKeeperBackend::connect(url).await?,
         )),
-        #[cfg(not(feature = "zookeeper"))]
-        "zk" | "zk+naive" => Err(Error::FeatureDisabled {
-            scheme: scheme.into(),
-            feature: "zookeeper",
-        }),
         #[cfg(feature = "postgres")]
-        "postgres" | "postgresql" => crate::postgres::connect(url).await,
-        #[cfg(not(feature = "postgres"))]
-        "postgres" | "postgresql" => Err(Error::FeatureDisabled {
-            scheme: scheme.into(),
-            feature: "postgres",
-        }),
+        BackendKind::Postgres => crate::postgres::connect(url).await,
         #[cfg(feature = "mysql")]
-        "mysql" | "mariadb" => crate::mysql::connect(url).await,
-        #[cfg(not(feature = "mysql"))]
-        "mysql" | "mariadb" => Err(Error::FeatureDisabled {
-            scheme: scheme.into(),
-            feature: "mysql",
+        BackendKind::MySql => crate::mysql::connect(url).await,
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::FeatureDisabled {
+            scheme: scheme.name.into(),
+            feature: scheme.feature.unwrap_or_default(),
         }),
-        _ if PLANNED.contains(&scheme) => Err(Error::NotYetAvailable {
-            scheme: scheme.to_owned(),
-        }),
-        _ => Err(Error::invalid(
-            "URL",
-            format!(
-                "unknown scheme {scheme:?}; known schemes are memory, sqlite, redis, zk, postgres and mysql"
-            ),
-        )),
     }
 }
 

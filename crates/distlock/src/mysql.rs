@@ -186,30 +186,12 @@ enum Mode {
 
 /// Splits `?mode=` off a `mysql://` or `mariadb://` URL.
 fn parse_url(url: &str) -> Result<(MySqlConnectOptions, Mode)> {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut mode = Mode::Named;
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("mode", "table")) => mode = Mode::Table,
-            Some(("mode", "named")) => mode = Mode::Named,
-            Some(("mode", other)) => {
-                return Err(Error::invalid(
-                    "URL",
-                    format!(
-                        "{url:?}: mode={other:?} is not a mode; use mode=named (the default) or mode=table"
-                    ),
-                ));
-            }
-            _ => rest.push(pair),
-        }
-    }
-    let base = base.replacen("mariadb://", "mysql://", 1);
-    let url = if rest.is_empty() {
-        base
-    } else {
-        format!("{base}?{}", rest.join("&"))
+    let (base, query) = crate::scheme::Query::parse(url)?;
+    let mode = match query.choice("mode", &["named", "table"])? {
+        "table" => Mode::Table,
+        _ => Mode::Named,
     };
+    let url = query.driver_url(&base.replacen("mariadb://", "mysql://", 1));
     let options = MySqlConnectOptions::from_str(&url).map_err(|e| {
         Error::invalid(
             "URL",

@@ -227,36 +227,12 @@ enum Mode {
 
 /// Splits `?mode=` off a `postgres://` URL.
 fn parse_url(url: &str) -> Result<(PgConnectOptions, Mode)> {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, query),
-        None => (url, ""),
+    let (base, query) = crate::scheme::Query::parse(url)?;
+    let mode = match query.choice("mode", &["advisory", "table"])? {
+        "table" => Mode::Table,
+        _ => Mode::Advisory,
     };
-    let mut mode = Mode::Advisory;
-    let mut rest = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("mode", "table")) => mode = Mode::Table,
-            Some(("mode", "advisory")) => mode = Mode::Advisory,
-            Some(("mode", other)) => {
-                return Err(Error::invalid(
-                    "URL",
-                    format!(
-                        "{url:?}: mode={other:?} is not a mode; use mode=advisory (the default) or mode=table"
-                    ),
-                ));
-            }
-            _ => rest.push(pair),
-        }
-    }
-    let url = if rest.is_empty() {
-        base.replacen("postgresql://", "postgres://", 1)
-    } else {
-        format!(
-            "{}?{}",
-            base.replacen("postgresql://", "postgres://", 1),
-            rest.join("&")
-        )
-    };
+    let url = query.driver_url(&base.replacen("postgresql://", "postgres://", 1));
     let options = PgConnectOptions::from_str(&url).map_err(|e| {
         Error::invalid(
             "URL",

@@ -140,10 +140,9 @@ struct SqliteUrl {
 }
 
 fn parse_url(rest: &str) -> Result<SqliteUrl> {
-    let (path, query) = match rest.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (rest, None),
-    };
+    let url = format!("sqlite://{rest}");
+    let (base, query) = crate::scheme::Query::parse(&url)?;
+    let path = base.strip_prefix("sqlite://").unwrap_or_default();
     if path.is_empty() {
         return Err(Error::invalid(
             "URL",
@@ -151,54 +150,25 @@ fn parse_url(rest: &str) -> Result<SqliteUrl> {
         ));
     }
     let mut busy_timeout = DEFAULT_BUSY_TIMEOUT;
-    let mut fair = true;
-    for pair in query
-        .into_iter()
-        .flat_map(|q| q.split('&'))
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=') {
-            Some(("busy_timeout_ms", value)) => {
-                let ms: u64 = value.parse().map_err(|_| {
-                    Error::invalid(
-                        "URL",
-                        format!("busy_timeout_ms={value:?} is not a whole number of milliseconds"),
-                    )
-                })?;
-                if ms == 0 || ms > 600_000 {
-                    return Err(Error::invalid(
-                        "URL",
-                        format!("busy_timeout_ms={ms} is outside 1 ..= 600000"),
-                    ));
-                }
-                busy_timeout = Duration::from_millis(ms);
-            }
-            Some(("fair", value)) => {
-                fair = match value {
-                    "true" | "1" => true,
-                    "false" | "0" => false,
-                    _ => {
-                        return Err(Error::invalid(
-                            "URL",
-                            format!("fair={value:?} must be true or false"),
-                        ));
-                    }
-                };
-            }
-            _ => {
-                return Err(Error::invalid(
-                    "URL",
-                    format!(
-                        "unknown sqlite:// option {pair:?}; the options are busy_timeout_ms and fair"
-                    ),
-                ));
-            }
+    if let Some(value) = query.get("busy_timeout_ms") {
+        let ms: u64 = value.parse().map_err(|_| {
+            Error::invalid(
+                "URL",
+                format!("busy_timeout_ms={value:?} is not a whole number of milliseconds"),
+            )
+        })?;
+        if ms == 0 || ms > 600_000 {
+            return Err(Error::invalid(
+                "URL",
+                format!("busy_timeout_ms={ms} is outside 1 ..= 600000"),
+            ));
         }
+        busy_timeout = Duration::from_millis(ms);
     }
     Ok(SqliteUrl {
         path: PathBuf::from(path),
         busy_timeout,
-        fair,
+        fair: query.flag("fair")?.unwrap_or(true),
     })
 }
 

@@ -74,41 +74,20 @@ fn bad_url(reason: impl std::fmt::Display) -> Error {
     Error::invalid("URL", format!("{reason}; {URL_FORMS}"))
 }
 
-fn parse_bool(key: &str, value: &str) -> Result<bool> {
-    match value {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
-        other => Err(Error::invalid(
-            "URL",
-            format!("{key}={other:?} must be true or false"),
-        )),
-    }
-}
-
-/// Removes distlock's options (`fair`, `spin`) from a URL's query; returns the URL without them.
+/// Removes distlock's options (`fair`, `spin`, `ca`) from a URL's query, refusing keys
+/// neither distlock nor the Redis client knows; returns the URL without them.
 pub(super) fn take_options(url: &str) -> Result<(String, Options)> {
-    let mut options = Options::default();
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), options));
+    let (base, query) = crate::scheme::Query::parse(url)?;
+    let ca = match query.get("ca") {
+        Some("") => return Err(Error::invalid("URL", "ca= needs the path of a PEM file")),
+        other => other.map(str::to_owned),
     };
-    let mut kept = Vec::new();
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("fair", value)) => options.fair = Some(parse_bool("fair", value)?),
-            Some(("spin", value)) => options.spin = parse_bool("spin", value)?,
-            Some(("ca", "")) => {
-                return Err(Error::invalid("URL", "ca= needs the path of a PEM file"));
-            }
-            Some(("ca", path)) => options.ca = Some(path.to_owned()),
-            _ => kept.push(pair),
-        }
-    }
-    let url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
+    let options = Options {
+        fair: query.flag("fair")?,
+        spin: query.flag("spin")?.unwrap_or(false),
+        ca,
     };
-    Ok((url, options))
+    Ok((query.driver_url(base), options))
 }
 
 /// Splits `[user:password@]hosts[/path]` into its credentials, host list and path.
@@ -580,12 +559,6 @@ mod tests {
                 Some(false),
                 false,
             ),
-            (
-                "redis://h:1/?a=b&fair=1&c=d",
-                "redis://h:1/?a=b&c=d",
-                Some(true),
-                false,
-            ),
         ];
         for (url, rest, fair, spin) in cases {
             assert_eq!(
@@ -601,7 +574,12 @@ mod tests {
                 "{url}"
             );
         }
-        for bad in ["redis://h/?fair=maybe", "redis://h/?spin=yes"] {
+        for bad in [
+            "redis://h/?fair=maybe",
+            "redis://h/?spin=yes",
+            "redis://h/?a=b&fair=1",
+            "redis+cluster://h:1/?fare=true",
+        ] {
             assert!(take_options(bad).unwrap_err().is_invalid_input(), "{bad}");
         }
     }

@@ -39,10 +39,8 @@ impl ZkUrl {
         } else {
             return Err(invalid(url, "the scheme must be zk or zk+naive"));
         };
-        let (rest, query) = match rest.split_once('?') {
-            Some((rest, query)) => (rest, Some(query)),
-            None => (rest, None),
-        };
+        let (_, query) = crate::scheme::Query::parse(url)?;
+        let rest = rest.split_once('?').map_or(rest, |(rest, _)| rest);
         let (hosts, path) = match rest.find('/') {
             Some(slash) => (&rest[..slash], &rest[slash..]),
             None => (rest, ""),
@@ -84,32 +82,18 @@ impl ZkUrl {
                 base.to_owned()
             }
         };
-        let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
-        for pair in query.into_iter().flat_map(|q| q.split('&')) {
-            if pair.is_empty() {
-                continue;
-            }
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            match key {
-                "session_timeout" => {
-                    session_timeout = parse_duration(value).ok_or_else(|| {
-                        invalid(
-                            url,
-                            format!(
-                                "session_timeout={value:?} is not a duration such as 10s or \
-                                 2500ms between 1s and 1h"
-                            ),
-                        )
-                    })?;
-                }
-                _ => {
-                    return Err(invalid(
-                        url,
-                        format!("unknown option {key:?}; the one option is session_timeout"),
-                    ));
-                }
-            }
-        }
+        let session_timeout = match query.get("session_timeout") {
+            None => DEFAULT_SESSION_TIMEOUT,
+            Some(value) => parse_duration(value).ok_or_else(|| {
+                invalid(
+                    url,
+                    format!(
+                        "session_timeout={value:?} is not a duration such as 10s or 2500ms \
+                         between 1s and 1h"
+                    ),
+                )
+            })?,
+        };
         Ok(ZkUrl {
             cluster: cluster.join(","),
             base,

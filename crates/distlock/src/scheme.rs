@@ -1,0 +1,575 @@
+//! The backends distlock connects to, by URL scheme: the one list that [`connect`](crate::connect),
+//! its error messages and the command line's help are derived from, and the one parser of
+//! the options in a URL's query.
+
+use crate::error::{Error, Result};
+
+/// The backend a scheme opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// This process only ([`crate::memory`]).
+    Memory,
+    /// An SQLite file.
+    Sqlite,
+    /// Redis: standalone, TLS, Sentinel or Cluster.
+    Redis,
+    /// ZooKeeper.
+    ZooKeeper,
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    MySql,
+    /// etcd: planned, answers [`Error::NotYetAvailable`].
+    Etcd,
+}
+
+/// One option a URL's query may carry (`?key=value`).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct UrlOption {
+    /// The key.
+    pub key: &'static str,
+    /// The values it takes, as written in help (`true|false`, `10s`).
+    pub values: &'static str,
+    /// What it does, and its default.
+    pub meaning: &'static str,
+}
+
+/// One URL scheme distlock knows.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Scheme {
+    /// The scheme, as written before `://`.
+    pub name: &'static str,
+    /// The backend it opens.
+    pub kind: BackendKind,
+    /// The cargo feature that compiles the backend in (`None`: always there).
+    pub feature: Option<&'static str>,
+    /// An example URL.
+    pub example: &'static str,
+    /// distlock's own options.
+    pub options: &'static [UrlOption],
+    /// Keys passed on, unchanged, to the driver underneath (sqlx, redis-rs); a key ending in
+    /// `[` is a prefix (`options[search_path]`).
+    pub driver_options: &'static [&'static str],
+}
+
+impl Scheme {
+    /// True when this build can open it (its feature is on and it is not planned).
+    pub fn is_available(&self) -> bool {
+        self.kind != BackendKind::Etcd && self.feature.is_none_or(feature_enabled)
+    }
+
+    /// Every key the query may carry: distlock's, then the driver's.
+    pub fn known_keys(&self) -> Vec<&'static str> {
+        self.options
+            .iter()
+            .map(|option| option.key)
+            .chain(self.driver_options.iter().copied())
+            .collect()
+    }
+
+    fn is_driver_key(&self, key: &str) -> bool {
+        self.driver_options
+            .iter()
+            .any(|known| match known.strip_suffix('[') {
+                Some(prefix) => key.starts_with(prefix) && key.ends_with(']'),
+                None => *known == key,
+            })
+    }
+}
+
+// With every feature on, each arm is `true`, which clippy would fold into `matches!`.
+#[allow(clippy::match_like_matches_macro)]
+fn feature_enabled(feature: &str) -> bool {
+    match feature {
+        "sqlite" => cfg!(feature = "sqlite"),
+        "redis" => cfg!(feature = "redis"),
+        "zookeeper" => cfg!(feature = "zookeeper"),
+        "postgres" => cfg!(feature = "postgres"),
+        "mysql" => cfg!(feature = "mysql"),
+        _ => false,
+    }
+}
+
+const FAIR: UrlOption = UrlOption {
+    key: "fair",
+    values: "true|false",
+    meaning: "serve waiters in arrival order (true, the default) or first to ask",
+};
+
+const REDIS_OPTIONS: &[UrlOption] = &[
+    FAIR,
+    UrlOption {
+        key: "spin",
+        values: "true|false",
+        meaning: "waiters poll with backoff instead of waiting for pub/sub (false)",
+    },
+    UrlOption {
+        key: "ca",
+        values: "PATH",
+        meaning: "the PEM file of the certificate authority a TLS server is checked against",
+    },
+];
+
+const REDIS_DRIVER: &[&str] = &["protocol"];
+
+const ZK_OPTIONS: &[UrlOption] = &[UrlOption {
+    key: "session_timeout",
+    values: "10s|2500ms",
+    meaning: "the session timeout asked of the server, 1 s to 1 h (10 s)",
+}];
+
+const SQL_DRIVER_COMMON: [&str; 10] = [
+    "sslmode",
+    "ssl-mode",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "ssl-ca",
+    "statement-cache-capacity",
+    "options",
+    "options[",
+];
+
+const POSTGRES_DRIVER: &[&str] = &concat_keys::<10, 9, 19>(
+    SQL_DRIVER_COMMON,
+    [
+        "sslrootcert",
+        "ssl-root-cert",
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "application_name",
+    ],
+);
+
+const MYSQL_DRIVER: &[&str] = &concat_keys::<10, 6, 16>(
+    SQL_DRIVER_COMMON,
+    [
+        "sslca",
+        "charset",
+        "collation",
+        "socket",
+        "timezone",
+        "time-zone",
+    ],
+);
+
+const fn concat_keys<const A: usize, const B: usize, const C: usize>(
+    a: [&'static str; A],
+    b: [&'static str; B],
+) -> [&'static str; C] {
+    let mut out = [""; C];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    while i < C {
+        out[i] = b[i - A];
+        i += 1;
+    }
+    out
+}
+
+const POSTGRES_OPTIONS: &[UrlOption] = &[UrlOption {
+    key: "mode",
+    values: "advisory|table",
+    meaning: "session advisory locks (advisory, the default) or a lock table with leases",
+}];
+
+const MYSQL_OPTIONS: &[UrlOption] = &[UrlOption {
+    key: "mode",
+    values: "named|table",
+    meaning: "named locks, GET_LOCK (named, the default) or a lock table with leases",
+}];
+
+const SQLITE_OPTIONS: &[UrlOption] = &[
+    UrlOption {
+        key: "busy_timeout_ms",
+        values: "1..600000",
+        meaning: "how long a statement waits for the file's write lock (5000)",
+    },
+    FAIR,
+];
+
+/// Every scheme distlock knows, in the order help lists them.
+pub const SCHEMES: &[Scheme] = &[
+    Scheme {
+        name: "memory",
+        kind: BackendKind::Memory,
+        feature: None,
+        example: "memory://",
+        options: &[],
+        driver_options: &[],
+    },
+    Scheme {
+        name: "sqlite",
+        kind: BackendKind::Sqlite,
+        feature: Some("sqlite"),
+        example: "sqlite:///var/lib/app/locks.db",
+        options: SQLITE_OPTIONS,
+        driver_options: &[],
+    },
+    Scheme {
+        name: "redis",
+        kind: BackendKind::Redis,
+        feature: Some("redis"),
+        example: "redis://127.0.0.1:6379/",
+        options: REDIS_OPTIONS,
+        driver_options: REDIS_DRIVER,
+    },
+    Scheme {
+        name: "rediss",
+        kind: BackendKind::Redis,
+        feature: Some("redis"),
+        example: "rediss://cache.internal:6379/?ca=/etc/ssl/ca.pem",
+        options: REDIS_OPTIONS,
+        driver_options: REDIS_DRIVER,
+    },
+    Scheme {
+        name: "redis+spin",
+        kind: BackendKind::Redis,
+        feature: Some("redis"),
+        example: "redis+spin://127.0.0.1:6379/",
+        options: REDIS_OPTIONS,
+        driver_options: REDIS_DRIVER,
+    },
+    Scheme {
+        name: "redis+sentinel",
+        kind: BackendKind::Redis,
+        feature: Some("redis"),
+        example: "redis+sentinel://s1:26379,s2:26379/mymaster",
+        options: REDIS_OPTIONS,
+        driver_options: REDIS_DRIVER,
+    },
+    Scheme {
+        name: "redis+cluster",
+        kind: BackendKind::Redis,
+        feature: Some("redis"),
+        example: "redis+cluster://n1:7000,n2:7001/",
+        options: REDIS_OPTIONS,
+        driver_options: REDIS_DRIVER,
+    },
+    Scheme {
+        name: "zk",
+        kind: BackendKind::ZooKeeper,
+        feature: Some("zookeeper"),
+        example: "zk://127.0.0.1:2181/distlock/locks",
+        options: ZK_OPTIONS,
+        driver_options: &[],
+    },
+    Scheme {
+        name: "zk+naive",
+        kind: BackendKind::ZooKeeper,
+        feature: Some("zookeeper"),
+        example: "zk+naive://127.0.0.1:2181/",
+        options: ZK_OPTIONS,
+        driver_options: &[],
+    },
+    Scheme {
+        name: "postgres",
+        kind: BackendKind::Postgres,
+        feature: Some("postgres"),
+        example: "postgres://user:password@127.0.0.1:5432/db",
+        options: POSTGRES_OPTIONS,
+        driver_options: POSTGRES_DRIVER,
+    },
+    Scheme {
+        name: "postgresql",
+        kind: BackendKind::Postgres,
+        feature: Some("postgres"),
+        example: "postgresql://user@127.0.0.1/db?mode=table",
+        options: POSTGRES_OPTIONS,
+        driver_options: POSTGRES_DRIVER,
+    },
+    Scheme {
+        name: "mysql",
+        kind: BackendKind::MySql,
+        feature: Some("mysql"),
+        example: "mysql://root@127.0.0.1:3306/db",
+        options: MYSQL_OPTIONS,
+        driver_options: MYSQL_DRIVER,
+    },
+    Scheme {
+        name: "mariadb",
+        kind: BackendKind::MySql,
+        feature: Some("mysql"),
+        example: "mariadb://root@127.0.0.1:3306/db?mode=table",
+        options: MYSQL_OPTIONS,
+        driver_options: MYSQL_DRIVER,
+    },
+    Scheme {
+        name: "etcd",
+        kind: BackendKind::Etcd,
+        feature: None,
+        example: "etcd://127.0.0.1:2379/",
+        options: &[],
+        driver_options: &[],
+    },
+];
+
+/// The scheme named `name`, if distlock knows it.
+pub fn find(name: &str) -> Option<&'static Scheme> {
+    SCHEMES.iter().find(|scheme| scheme.name == name)
+}
+
+/// The schemes this build can open, as `name://, ...` (for messages).
+pub(crate) fn available_list() -> String {
+    SCHEMES
+        .iter()
+        .filter(|s| s.is_available())
+        .map(|s| format!("{}://", s.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The scheme of `url`, or a typed error naming the known schemes.
+pub(crate) fn of_url(url: &str) -> Result<(&'static Scheme, &str)> {
+    let Some((name, rest)) = url.split_once("://") else {
+        return Err(Error::invalid(
+            "URL",
+            format!(
+                "{url:?} has no scheme; write it as {}",
+                SCHEMES
+                    .iter()
+                    .filter(|s| s.is_available())
+                    .map(|s| s.example)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    };
+    let scheme = find(name).ok_or_else(|| {
+        Error::invalid(
+            "URL",
+            format!(
+                "unknown scheme {name:?}; the known schemes are {}",
+                SCHEMES
+                    .iter()
+                    .map(|s| s.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })?;
+    Ok((scheme, rest))
+}
+
+// Read by the backends behind cargo features; a build without them only checks keys.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
+    allow(dead_code)
+)]
+/// A URL's query, checked against its scheme's keys.
+#[derive(Debug)]
+pub(crate) struct Query<'a> {
+    scheme: &'static Scheme,
+    own: Vec<(&'static str, &'a str)>,
+    driver: Vec<&'a str>,
+}
+
+// Read by the backends behind cargo features; a build without them only checks keys.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
+    allow(dead_code)
+)]
+impl<'a> Query<'a> {
+    /// Splits `url` at its first `?` into the part before it and the checked query: every
+    /// key must be distlock's or the driver's (named once), or the answer is an error that
+    /// names the keys the scheme takes.
+    pub(crate) fn parse(url: &'a str) -> Result<(&'a str, Query<'a>)> {
+        let (scheme, _) = of_url(url)?;
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut own: Vec<(&'static str, &'a str)> = Vec::new();
+        let mut driver = Vec::new();
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if let Some(option) = scheme.options.iter().find(|o| o.key == key) {
+                if own.iter().any(|(seen, _)| *seen == option.key) {
+                    return Err(Error::invalid(
+                        "URL",
+                        format!("{key}= is given twice in {}://...", scheme.name),
+                    ));
+                }
+                own.push((option.key, value));
+            } else if scheme.is_driver_key(key) {
+                driver.push(pair);
+            } else {
+                let known = scheme.known_keys();
+                return Err(Error::invalid(
+                    "URL",
+                    if known.is_empty() {
+                        format!("{}:// takes no options, and {key:?} was given", scheme.name)
+                    } else {
+                        format!(
+                            "unknown {}:// option {key:?}; the options are {}",
+                            scheme.name,
+                            known.join(", ")
+                        )
+                    },
+                ));
+            }
+        }
+        Ok((
+            base,
+            Query {
+                scheme,
+                own,
+                driver,
+            },
+        ))
+    }
+
+    /// The value of distlock's option `key`, if given.
+    pub(crate) fn get(&self, key: &str) -> Option<&'a str> {
+        self.own
+            .iter()
+            .find(|(seen, _)| *seen == key)
+            .map(|(_, value)| *value)
+    }
+
+    /// The boolean option `key`, if given.
+    pub(crate) fn flag(&self, key: &str) -> Result<Option<bool>> {
+        self.get(key)
+            .map(|value| match value {
+                "true" | "1" => Ok(true),
+                "false" | "0" => Ok(false),
+                other => Err(Error::invalid(
+                    "URL",
+                    format!("{key}={other:?} must be true or false"),
+                )),
+            })
+            .transpose()
+    }
+
+    /// The option `key`, which must be one of `choices` (the first is the default).
+    pub(crate) fn choice(&self, key: &str, choices: &[&'static str]) -> Result<&'static str> {
+        let Some(value) = self.get(key) else {
+            return Ok(choices.first().copied().unwrap_or_default());
+        };
+        choices
+            .iter()
+            .copied()
+            .find(|choice| *choice == value)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "URL",
+                    format!(
+                        "{}://: {key}={value:?} is not one of {}",
+                        self.scheme.name,
+                        choices.join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// `base` with the driver's options put back as its query.
+    pub(crate) fn driver_url(&self, base: &str) -> String {
+        if self.driver.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", self.driver.join("&"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scheme_names_are_unique_and_their_examples_parse() {
+        for (i, scheme) in SCHEMES.iter().enumerate() {
+            assert!(
+                SCHEMES[..i].iter().all(|other| other.name != scheme.name),
+                "{} twice",
+                scheme.name
+            );
+            let (found, _) = of_url(scheme.example).unwrap();
+            assert_eq!(found.name, scheme.name);
+            Query::parse(scheme.example).unwrap();
+        }
+    }
+
+    /// The crate docs and the README name every scheme: adding one to [`SCHEMES`] without
+    /// documenting it fails here.
+    #[test]
+    fn every_scheme_is_documented() {
+        let readme = include_str!("../../../README.md");
+        let lib = include_str!("lib.rs");
+        for scheme in SCHEMES {
+            let written = format!("{}://", scheme.name);
+            assert!(
+                lib.contains(&written),
+                "the crate docs do not name {written}"
+            );
+            assert!(
+                readme.contains(&written),
+                "README.md does not name {written}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_the_known_ones() {
+        let err = Query::parse("redis://h/?fare=true")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"fare\"") && err.contains("fair, spin, ca, protocol"),
+            "{err}"
+        );
+        let err = Query::parse("memory://x?a=1").unwrap_err().to_string();
+        assert!(err.contains("takes no options"), "{err}");
+        let err = Query::parse("zk://h/?fair=true&fair=false").unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        let err = Query::parse("sqlite:///x?fair=true&fair=false")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("twice"), "{err}");
+        let err = Query::parse("ftp://x").unwrap_err().to_string();
+        assert!(err.contains("known schemes are memory, sqlite"), "{err}");
+        assert!(Query::parse("no scheme").unwrap_err().is_invalid_input());
+    }
+
+    #[test]
+    fn driver_keys_pass_through_and_own_keys_do_not() {
+        let url = "postgres://u@h/db?mode=table&sslmode=require&options[search_path]=x";
+        let (base, query) = Query::parse(url).unwrap();
+        assert_eq!(
+            query.choice("mode", &["advisory", "table"]).unwrap(),
+            "table"
+        );
+        assert_eq!(
+            query.driver_url(base),
+            "postgres://u@h/db?sslmode=require&options[search_path]=x"
+        );
+        let (base, query) = Query::parse("redis://h/?fair=0").unwrap();
+        assert_eq!(query.flag("fair").unwrap(), Some(false));
+        assert_eq!(query.flag("spin").unwrap(), None);
+        assert_eq!(query.driver_url(base), "redis://h/");
+        let (_, query) = Query::parse("redis://h/?fair=maybe").unwrap();
+        assert!(query.flag("fair").unwrap_err().is_invalid_input());
+        let (_, query) = Query::parse("mysql://h/?mode=row").unwrap();
+        assert!(query.choice("mode", &["named", "table"]).is_err());
+    }
+}
