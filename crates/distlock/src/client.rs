@@ -269,6 +269,19 @@ pub(crate) struct Slot {
     /// When the lease ends by the client's own clock, counted from the start of the request
     /// that last set it.
     pub(crate) deadline: Instant,
+    /// Guards of earlier grants to this owner that the client had given up as lost while the
+    /// server still held them (a re-entry found their holds): their releases must still reach
+    /// the server.
+    carried: Vec<(Arc<Grant>, u32)>,
+}
+
+impl Slot {
+    /// The holds the server should have: this grant's guards and the carried ones.
+    fn holds(&self) -> u32 {
+        self.carried
+            .iter()
+            .fold(self.guards, |sum, (_, guards)| sum.saturating_add(*guards))
+    }
 }
 
 pub(crate) struct ClientInner {
@@ -317,7 +330,7 @@ impl ClientInner {
         self.registry()
             .slots
             .get(&(name.clone(), owner.clone()))
-            .map_or(0, |slot| slot.guards)
+            .map_or(0, Slot::holds)
     }
 
     /// Records a new guard. `fresh` is true when the backend made a new grant (hold count 1):
@@ -351,9 +364,16 @@ impl ClientInner {
                     slot.grant.clone()
                 }
                 previous => {
+                    let mut carried = Vec::new();
                     if let Some(slot) = previous {
                         slot.grant
                             .mark_lost(name, "the lease ran out and the lock was granted anew");
+                        // A re-entry (not a fresh grant) found the old holds still there:
+                        // their guards' releases must still reach the server.
+                        if !fresh {
+                            carried = std::mem::take(&mut slot.carried);
+                            carried.push((slot.grant.clone(), slot.guards));
+                        }
                     }
                     let grant = Grant::new(fencing_token);
                     registry.slots.insert(
@@ -363,6 +383,7 @@ impl ClientInner {
                             guards: 1,
                             renew,
                             deadline,
+                            carried,
                         },
                     );
                     grant
@@ -378,21 +399,36 @@ impl ClientInner {
         grant
     }
 
-    /// Forgets one guard of `grant`. Returns false when the grant was superseded by a newer
-    /// grant to the same owner (the guard's hold no longer exists in the backend).
+    /// Forgets one guard of `grant`. Returns false when the grant was superseded by a fresh
+    /// grant to the same owner (the guard's hold no longer exists in the backend); true, and
+    /// the release is to be sent, for a carried grant whose hold a re-entry found.
     pub(crate) fn unregister(&self, name: &LockName, owner: &Owner, grant: &Arc<Grant>) -> bool {
         let mut registry = self.registry();
         let key = (name.clone(), owner.clone());
         let unregistered = match registry.slots.get_mut(&key) {
             Some(slot) if Arc::ptr_eq(&slot.grant, grant) => {
                 slot.guards = slot.guards.saturating_sub(1);
-                if slot.guards == 0 {
-                    registry.slots.remove(&key);
-                }
                 true
             }
-            _ => false,
+            Some(slot) => match slot.carried.iter().position(|(g, _)| Arc::ptr_eq(g, grant)) {
+                Some(at) => {
+                    slot.carried[at].1 = slot.carried[at].1.saturating_sub(1);
+                    if slot.carried[at].1 == 0 {
+                        slot.carried.swap_remove(at);
+                    }
+                    true
+                }
+                None => false,
+            },
+            None => false,
         };
+        if registry
+            .slots
+            .get(&key)
+            .is_some_and(|slot| slot.holds() == 0)
+        {
+            registry.slots.remove(&key);
+        }
         drop(registry);
         if unregistered {
             self.guards_changed(name, owner);

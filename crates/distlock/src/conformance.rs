@@ -105,6 +105,7 @@ macro_rules! conformance_suite {
             promise4_lost_extend_reply_keeps_the_lock,
             promise4_lost_enqueue_reply_leaves_no_queue_entry,
             promise4_lost_renewal_reply_keeps_the_lock,
+            promise4_regrant_after_a_client_side_loss_keeps_holds_exact,
             promise4_concurrent_releases_keep_holds_exact,
             nested_acquire_is_not_starved_by_waiters,
         );

@@ -352,10 +352,36 @@ impl<D: Dialect> Shared<D> {
             .await
         {
             Ok(keys) if keys.contains(&key) => Ok(true),
-            Ok(_) | Err(_) => {
+            Ok(_) => {
+                // The server let it go: nothing is left there. Its guard is told.
                 self.forget(name, &conn);
+                self.status.send_modify(|status| status.sessions_lost += 1);
                 Ok(false)
             }
+            Err(error) => {
+                // The connection cannot say what it holds: it is given up, every lock on it
+                // with it. Forgetting them drops the last handles, which closes it, and the
+                // server frees what it held; their guards are told. Forgetting only this
+                // lock would leave it held on a connection that lives on.
+                tracing::warn!(%error, "a lock connection failed; its locks are lost");
+                self.lose_connection(&conn).await;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Gives up a lock connection: no longer the primary, every grant on it forgotten (so
+    /// that it closes), and the client told of a lost session.
+    async fn lose_connection(&self, conn: &Arc<LockConn<D>>) {
+        self.drop_primary(conn).await;
+        let forgotten = {
+            let mut state = self.state();
+            let before = state.held.len();
+            state.held.retain(|_, held| !Arc::ptr_eq(&held.conn, conn));
+            before - state.held.len()
+        };
+        if forgotten > 0 {
+            self.status.send_modify(|status| status.sessions_lost += 1);
         }
     }
 
@@ -375,7 +401,7 @@ impl<D: Dialect> Shared<D> {
 
     /// Asks each lock connection holding some of `locks` (for their owners) which of them it
     /// still holds: one query per connection, not one per lock. A connection that fails is
-    /// left out (its locks count as gone) and is no longer the primary.
+    /// given up ([`Shared::lose_connection`]) and left out: its locks count as gone.
     async fn ask_connections(&self, locks: &[(LockName, Owner)]) -> Vec<ConnHolds<D>> {
         let mut by_conn: Vec<ConnKeys<D>> = Vec::new();
         {
@@ -396,7 +422,7 @@ impl<D: Dialect> Shared<D> {
                 Ok(held) => alive.push((conn, held)),
                 Err(error) => {
                     tracing::warn!(%error, "a lock connection failed; its locks are lost");
-                    self.drop_primary(&conn).await;
+                    self.lose_connection(&conn).await;
                 }
             }
         }
@@ -449,8 +475,8 @@ async fn watch_sessions<D: Dialect>(shared: Weak<Shared<D>>) {
                 Ok(still) => still,
                 Err(error) => {
                     tracing::warn!(%error, "a lock connection failed; its locks are lost");
-                    strong.drop_primary(&conn).await;
-                    HashSet::new()
+                    strong.lose_connection(&conn).await;
+                    continue;
                 }
             };
             for (name, key, token) in locks {

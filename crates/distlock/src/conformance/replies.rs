@@ -262,3 +262,42 @@ pub async fn promise4_lost_renewal_reply_keeps_the_lock(url: &str) {
     guard.release().await.expect("release");
     free_promptly(url, &name, "lost renewal reply").await;
 }
+
+/// Promise 4: the client gave a lock up as lost while the server still held it (every
+/// renewal ran but its reply was lost), and the same holder then takes it again: whether the
+/// server re-entered the old hold or granted anew, releasing both guards, the lost one and
+/// the new one, frees the lock at once, not at the end of a lease.
+pub async fn promise4_regrant_after_a_client_side_loss_keeps_holds_exact(url: &str) {
+    let lease = Duration::from_secs(5);
+    let (locks, faulty) = faulty_client(url, ConnectOptions::new().lease(lease)).await;
+    let name = unique("regrant_after_client_side_loss");
+    let holder = locks.holder();
+    let first = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    faulty.set(Method::Renew, Fault::LoseReply(Duration::ZERO));
+    tokio::time::timeout(lease * 2, first.lost())
+        .await
+        .expect("the client never gave the lock up");
+    faulty.clear(Method::Renew);
+    let second = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .expect("the holder could not take its lock again");
+    assert!(!second.is_lost(), "the new guard is lost");
+    second.release().await.expect("release the new guard");
+    let _ = first.release().await;
+    // Well within the 5 s lease the server would keep a forgotten hold for.
+    free_within(
+        url,
+        &name,
+        Duration::from_millis(1500),
+        "regrant after a client-side loss",
+    )
+    .await;
+}
