@@ -468,6 +468,13 @@ impl Shared {
         prefix: &str,
     ) -> Result<Option<Node>> {
         let wanted = child_name(prefix);
+        // The server this session talks to now may be a follower that has not applied the
+        // lost create yet: a sync first makes it catch up with the leader, so that a node
+        // that exists is found (not created a second time, or left behind).
+        match session.client.sync(lock).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(self.err("look for a lock node", e)),
+        }
         let children = match session.client.list_children(lock).await {
             Ok(children) => children,
             Err(zk::Error::NoNode) => return Ok(None),
