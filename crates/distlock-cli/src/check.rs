@@ -123,6 +123,8 @@ pub async fn run(args: CheckArgs) -> CliResult {
     if args.lease_ms < 100 {
         return Err(Failure::usage("--lease-ms must be at least 100"));
     }
+    // A malformed URL is bad input (exit 2), found before anything starts.
+    distlock::scheme::validate(&args.backend).map_err(Failure::usage)?;
     let proxied = args.faults.iter().any(|fault| fault.is_network());
     if proxied {
         Proxies::check_url(&args.backend)?;

@@ -185,6 +185,11 @@ enum Mode {
 }
 
 /// Splits `?mode=` off a `mysql://` or `mariadb://` URL.
+/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
+pub(crate) fn check_url(url: &str) -> Result<()> {
+    parse_url(url).map(|_| ())
+}
+
 fn parse_url(url: &str) -> Result<(MySqlConnectOptions, Mode)> {
     let (base, query) = crate::scheme::Query::parse(url)?;
     let mode = match query.choice("mode", &["named", "table"])? {

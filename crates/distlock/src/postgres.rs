@@ -226,6 +226,11 @@ enum Mode {
 }
 
 /// Splits `?mode=` off a `postgres://` URL.
+/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
+pub(crate) fn check_url(url: &str) -> Result<()> {
+    parse_url(url).map(|_| ())
+}
+
 fn parse_url(url: &str) -> Result<(PgConnectOptions, Mode)> {
     let (base, query) = crate::scheme::Query::parse(url)?;
     let mode = match query.choice("mode", &["advisory", "table"])? {

@@ -48,7 +48,7 @@ use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
-mod deployment;
+pub(crate) mod deployment;
 mod hub;
 
 const SCHEME: &str = "redis";

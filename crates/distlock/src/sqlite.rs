@@ -139,6 +139,11 @@ struct SqliteUrl {
     fair: bool,
 }
 
+/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
+pub(crate) fn check_url(url: &str) -> Result<()> {
+    parse_url(url.trim_start_matches("sqlite://")).map(|_| ())
+}
+
 fn parse_url(rest: &str) -> Result<SqliteUrl> {
     let url = format!("sqlite://{rest}");
     let (base, query) = crate::scheme::Query::parse(&url)?;

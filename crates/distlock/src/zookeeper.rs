@@ -50,7 +50,7 @@
 //!
 //! [`Locks::session`]: crate::Locks::session
 
-mod url;
+pub(crate) mod url;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -69,7 +69,8 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
-use self::url::{ZkUrl, lock_path};
+use self::url::ZkUrl;
+pub use self::url::lock_path;
 
 /// Every watch event delivered to a waiter in this process so far, for measuring the herd
 /// effect: with `zk://` one per release, with `zk+naive://` one per waiter per release.

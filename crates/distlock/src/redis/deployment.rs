@@ -126,6 +126,11 @@ fn host_list(hosts: &str, what: &str) -> Result<Vec<String>> {
 }
 
 /// Parses a distlock Redis URL.
+/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
+pub(crate) fn check_url(url: &str) -> Result<()> {
+    parse(url).map(|_| ())
+}
+
 pub(super) fn parse(url: &str) -> Result<Target> {
     let (url, mut options) = take_options(url)?;
     let Some((scheme, rest)) = url.split_once("://") else {

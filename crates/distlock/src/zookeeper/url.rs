@@ -121,7 +121,7 @@ fn parse_duration(value: &str) -> Option<Duration> {
 /// every byte outside `A-Z a-z 0-9 - _ .` written as `%XX` (and `.`/`..` written in full as
 /// `%2E`), so that any name is a valid, distinct znode name and plain names read as
 /// themselves.
-pub(crate) fn lock_path(base: &str, name: &str) -> String {
+pub fn lock_path(base: &str, name: &str) -> String {
     let mut path = String::with_capacity(base.len() + 1 + name.len());
     path.push_str(base);
     path.push('/');

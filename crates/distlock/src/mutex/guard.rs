@@ -1,0 +1,310 @@
+//! [`Guard`]: proof of holding a lock, its loss signal, and its release.
+
+use super::*;
+
+/// Proof of holding a lock. Release it with [`Guard::release`] to learn whether the release
+/// worked; dropping it releases in the background.
+///
+/// # Dropping
+/// `Drop` cannot wait, so it spawns the release on the Tokio runtime and returns at once: the
+/// lock is free a round trip later, not immediately, and an error is only logged. If no
+/// runtime is running, or the release fails, the lock frees itself when its lease ends.
+/// Prefer `guard.release().await`.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct Guard {
+    pub(super) state: Option<GuardState>,
+}
+
+pub(super) struct GuardState {
+    pub(super) client: Arc<ClientInner>,
+    pub(super) name: LockName,
+    pub(super) owner: Owner,
+    pub(super) fencing_token: u64,
+    pub(super) grant: Arc<Grant>,
+    pub(super) lost: watch::Receiver<Option<Arc<str>>>,
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            Some(state) => f
+                .debug_struct("Guard")
+                .field("name", &state.name)
+                .field("owner", &state.owner)
+                .field("fencing_token", &state.fencing_token)
+                .finish(),
+            None => f.write_str("Guard(released)"),
+        }
+    }
+}
+
+impl Guard {
+    fn state(&self) -> &GuardState {
+        // `state` is only taken by `release(self)` and `Drop`, after which no method can be
+        // called.
+        self.state
+            .as_ref()
+            .expect("guard state is present until release or drop")
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.state().name.as_str()
+    }
+
+    /// The owner identity this guard holds the lock as.
+    pub fn owner(&self) -> &Owner {
+        &self.state().owner
+    }
+
+    /// Acquires the same lock again as the same owner, at once: another guard on this grant,
+    /// with the same fencing token. The lock is free once every guard has been released.
+    ///
+    /// # Notable errors
+    /// [`Error::LockLost`] or [`Error::NotOwner`] when the lock was lost meanwhile.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Mutex::acquire`].
+    pub async fn reenter(&self) -> Result<Guard> {
+        let state = self.state();
+        let reentry = Mutex::new(
+            state.client.clone(),
+            state.name.clone(),
+            Some(state.owner.clone()),
+        )
+        .try_acquire()
+        .await?;
+        match reentry {
+            Some(guard) if guard.fencing_token() == state.fencing_token => Ok(guard),
+            Some(guard) => {
+                // A fresh grant: ours was lost before the re-entry. Keep nothing.
+                guard.release().await?;
+                Err(state.lost_error())
+            }
+            None => Err(Error::NotOwner {
+                name: state.name.to_string(),
+            }),
+        }
+    }
+
+    /// The fencing token of this grant: strictly greater than the token of every earlier grant
+    /// of this lock name, across clients and across expiry. Send it with every write to the
+    /// protected resource, and let the resource refuse a write whose token is older than the
+    /// newest it has seen: that is what makes a holder whose lease ran out harmless.
+    pub fn fencing_token(&self) -> u64 {
+        self.state().fencing_token
+    }
+
+    /// Resolves when the lock is known to be lost: a renewal was refused, the lease ran out
+    /// without a successful renewal, or (for backends with sessions) the session ended. A
+    /// force-unlock is noticed at the next renewal. Returns the [`Error::LockLost`] to report.
+    ///
+    /// ```no_run
+    /// # async fn f(guard: distlock::Guard) -> distlock::Result<()> {
+    /// tokio::select! {
+    ///     lost = guard.lost() => return Err(lost),
+    ///     _ = do_the_work() => {}
+    /// }
+    /// guard.release().await
+    /// # }
+    /// # async fn do_the_work() {}
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> Error {
+        let state = self.state();
+        let mut lost = state.lost.clone();
+        let reason = match lost.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone(),
+            // The sender lives in the grant, which this guard keeps alive.
+            Err(_) => None,
+        };
+        Error::LockLost {
+            name: state.name.to_string(),
+            reason: reason.map_or_else(|| "unknown".to_owned(), |r| r.to_string()),
+        }
+    }
+
+    /// True once the client knows the lock is lost. Cheap: asks no server.
+    pub fn is_lost(&self) -> bool {
+        self.state().lost.borrow().is_some()
+    }
+
+    /// Asks the backend whether this guard's owner still holds the lock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn is_held(&self) -> Result<bool> {
+        let state = self.state();
+        if state.grant.lost_reason().is_some() {
+            return Ok(false);
+        }
+        Ok(state
+            .client
+            .backend
+            .holds(&state.name, &state.owner)
+            .await?
+            > 0)
+    }
+
+    /// Sets the lock's lease to end `lease` from now. From then on the lock is held with that
+    /// fixed lease and no longer renewed automatically.
+    ///
+    /// # Notable errors
+    /// - [`Error::NotOwner`] when another owner holds the lock now; nothing changed.
+    /// - [`Error::LockLost`] when nobody holds it any more.
+    /// - [`Error::InvalidInput`] for a lease out of range.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have extended the lease.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        validate_lease(lease)?;
+        let state = self.state();
+        let start = Instant::now();
+        let outcome = state
+            .client
+            .backend
+            .extend(&state.name, &state.owner, lease)
+            .await?;
+        match outcome {
+            Extended::Extended => {
+                state.client.extended(
+                    &state.name,
+                    &state.owner,
+                    &state.grant,
+                    lease_deadline(start, lease),
+                    false,
+                );
+                tracing::debug!(lock = %state.name, ?lease, "extended");
+                Ok(())
+            }
+            Extended::NotHeld => {
+                state
+                    .grant
+                    .mark_lost(&state.name, "an extension found the lock free");
+                Err(state.lost_error())
+            }
+            Extended::HeldByOther => {
+                state
+                    .grant
+                    .mark_lost(&state.name, "an extension found another owner holding it");
+                Err(Error::NotOwner {
+                    name: state.name.to_string(),
+                })
+            }
+        }
+    }
+
+    /// Releases this guard's hold and reports how it went. The lock is free once every guard
+    /// of its owner has been released.
+    ///
+    /// # Notable errors
+    /// - [`Error::LockLost`] when the lock had already been lost (nothing changed), or when
+    ///   this guard had already reported the loss through [`Guard::lost`] (a hold the server
+    ///   still kept is released).
+    /// - [`Error::NotOwner`] when another owner holds it now; nothing changed.
+    /// - [`Error::Backend`] when the request failed; the lock then frees when its lease ends.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if this future is dropped, the release completes in the background.
+    pub async fn release(mut self) -> Result<()> {
+        let Some(state) = self.state.take() else {
+            return Ok(());
+        };
+        let Some(release) = state.begin_release() else {
+            return Err(state.lost_error());
+        };
+        // If this future is dropped, the release still finishes in the background.
+        let name = state.name.clone();
+        let outcome = FinishOnDrop::new(release, move |result| async move {
+            if let Err(error) = result {
+                tracing::warn!(lock = %name, %error, "release failed; the lock frees when its lease ends");
+            }
+        })
+        .await?;
+        match outcome {
+            // The client counts a lease from the start of the request that set it, so it may
+            // call a lock lost a little before the server expires it. The release then still
+            // frees the lock, and reports the loss the guard already announced.
+            Released::Released { .. } if state.grant.lost_reason().is_some() => {
+                Err(state.lost_error())
+            }
+            Released::Released { remaining_holds } => {
+                tracing::debug!(lock = %state.name, fencing_token = state.fencing_token, remaining_holds, "released");
+                Ok(())
+            }
+            Released::NotHeld => {
+                state
+                    .grant
+                    .mark_lost(&state.name, "the lock was free at release");
+                Err(state.lost_error())
+            }
+            Released::HeldByOther => {
+                state
+                    .grant
+                    .mark_lost(&state.name, "another owner held the lock at release");
+                Err(Error::NotOwner {
+                    name: state.name.to_string(),
+                })
+            }
+        }
+    }
+}
+
+impl GuardState {
+    fn lost_error(&self) -> Error {
+        Error::LockLost {
+            name: self.name.to_string(),
+            reason: self.grant.lost_reason().map_or_else(
+                || "the lock was no longer held".to_owned(),
+                |r| r.to_string(),
+            ),
+        }
+    }
+
+    /// Stops renewal of this guard's hold and returns the backend release to run. `None` when
+    /// a newer grant to the same owner superseded this guard's (nothing to release).
+    fn begin_release(&self) -> Option<impl Future<Output = Result<Released>> + Send + 'static> {
+        // Taken before the guard goes from the registry: a settle meanwhile sees the release
+        // in flight and leaves this hold alone.
+        let ticket = self.client.begin_request(&self.name, &self.owner);
+        if !self.client.unregister(&self.name, &self.owner, &self.grant) {
+            return None;
+        }
+        let client = self.client.clone();
+        let name = self.name.clone();
+        let owner = self.owner.clone();
+        Some(async move { release_one(&client, &name, &owner, ticket).await })
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let Some(state) = self.state.take() else {
+            return;
+        };
+        let Some(release) = state.begin_release() else {
+            return;
+        };
+        let name = state.name.clone();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                // Detached: a failure is only logged.
+                drop(runtime.spawn(async move {
+                    match release.await {
+                        Ok(_) => tracing::debug!(lock = %name, "released on drop"),
+                        Err(error) => tracing::warn!(
+                            lock = %name, %error,
+                            "release on drop failed; the lock frees when its lease ends"
+                        ),
+                    }
+                }));
+            }
+            Err(_) => tracing::warn!(
+                lock = %name,
+                "guard dropped outside a Tokio runtime; the lock frees when its lease ends"
+            ),
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The one parser of the options in a backend URL's query, checked against its scheme.
+
+use super::{Scheme, of_url};
+use crate::error::{Error, Result};
+
+// Read by the backends behind cargo features; a build without them only checks keys.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
+    allow(dead_code)
+)]
+/// A URL's query, checked against its scheme's keys.
+#[derive(Debug)]
+pub(crate) struct Query<'a> {
+    scheme: &'static Scheme,
+    own: Vec<(&'static str, &'a str)>,
+    driver: Vec<&'a str>,
+}
+
+// Read by the backends behind cargo features; a build without them only checks keys.
+#[cfg_attr(
+    not(any(
+        feature = "sqlite",
+        feature = "redis",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    )),
+    allow(dead_code)
+)]
+impl<'a> Query<'a> {
+    /// Splits `url` at its first `?` into the part before it and the checked query: every
+    /// key must be distlock's or the driver's (named once), or the answer is an error that
+    /// names the keys the scheme takes.
+    pub(crate) fn parse(url: &'a str) -> Result<(&'a str, Query<'a>)> {
+        let (scheme, _) = of_url(url)?;
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut own: Vec<(&'static str, &'a str)> = Vec::new();
+        let mut driver = Vec::new();
+        for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if let Some(option) = scheme.options.iter().find(|o| o.key == key) {
+                if own.iter().any(|(seen, _)| *seen == option.key) {
+                    return Err(Error::invalid(
+                        "URL",
+                        format!("{key}= is given twice in {}://...", scheme.name),
+                    ));
+                }
+                own.push((option.key, value));
+            } else if scheme.is_driver_key(key) {
+                driver.push(pair);
+            } else {
+                let known = scheme.known_keys();
+                return Err(Error::invalid(
+                    "URL",
+                    if known.is_empty() {
+                        format!("{}:// takes no options, and {key:?} was given", scheme.name)
+                    } else {
+                        format!(
+                            "unknown {}:// option {key:?}; the options are {}",
+                            scheme.name,
+                            known.join(", ")
+                        )
+                    },
+                ));
+            }
+        }
+        Ok((
+            base,
+            Query {
+                scheme,
+                own,
+                driver,
+            },
+        ))
+    }
+
+    /// The value of distlock's option `key`, if given.
+    pub(crate) fn get(&self, key: &str) -> Option<&'a str> {
+        self.own
+            .iter()
+            .find(|(seen, _)| *seen == key)
+            .map(|(_, value)| *value)
+    }
+
+    /// The boolean option `key`, if given.
+    pub(crate) fn flag(&self, key: &str) -> Result<Option<bool>> {
+        self.get(key)
+            .map(|value| match value {
+                "true" | "1" => Ok(true),
+                "false" | "0" => Ok(false),
+                other => Err(Error::invalid(
+                    "URL",
+                    format!("{key}={other:?} must be true or false"),
+                )),
+            })
+            .transpose()
+    }
+
+    /// The option `key`, which must be one of `choices` (the first is the default).
+    pub(crate) fn choice(&self, key: &str, choices: &[&'static str]) -> Result<&'static str> {
+        let Some(value) = self.get(key) else {
+            return Ok(choices.first().copied().unwrap_or_default());
+        };
+        choices
+            .iter()
+            .copied()
+            .find(|choice| *choice == value)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "URL",
+                    format!(
+                        "{}://: {key}={value:?} is not one of {}",
+                        self.scheme.name,
+                        choices.join(", ")
+                    ),
+                )
+            })
+    }
+
+    /// `base` with the driver's options put back as its query.
+    pub(crate) fn driver_url(&self, base: &str) -> String {
+        if self.driver.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", self.driver.join("&"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_refused_with_the_known_ones() {
+        let err = Query::parse("redis://h/?fare=true")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"fare\"") && err.contains("fair, spin, ca, protocol"),
+            "{err}"
+        );
+        let err = Query::parse("memory://x?a=1").unwrap_err().to_string();
+        assert!(err.contains("takes no options"), "{err}");
+        let err = Query::parse("zk://h/?fair=true&fair=false").unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        let err = Query::parse("sqlite:///x?fair=true&fair=false")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("twice"), "{err}");
+        let err = Query::parse("ftp://x").unwrap_err().to_string();
+        assert!(err.contains("known schemes are memory, sqlite"), "{err}");
+        assert!(Query::parse("no scheme").unwrap_err().is_invalid_input());
+    }
+
+    #[test]
+    fn driver_keys_pass_through_and_own_keys_do_not() {
+        let url = "postgres://u@h/db?mode=table&sslmode=require&options[search_path]=x";
+        let (base, query) = Query::parse(url).unwrap();
+        assert_eq!(
+            query.choice("mode", &["advisory", "table"]).unwrap(),
+            "table"
+        );
+        assert_eq!(
+            query.driver_url(base),
+            "postgres://u@h/db?sslmode=require&options[search_path]=x"
+        );
+        let (base, query) = Query::parse("redis://h/?fair=0").unwrap();
+        assert_eq!(query.flag("fair").unwrap(), Some(false));
+        assert_eq!(query.flag("spin").unwrap(), None);
+        assert_eq!(query.driver_url(base), "redis://h/");
+        let (_, query) = Query::parse("redis://h/?fair=maybe").unwrap();
+        assert!(query.flag("fair").unwrap_err().is_invalid_input());
+        let (_, query) = Query::parse("mysql://h/?mode=row").unwrap();
+        assert!(query.choice("mode", &["named", "table"]).is_err());
+    }
+}

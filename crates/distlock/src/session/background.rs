@@ -1,0 +1,93 @@
+//! The session backend's background tasks: the watcher of lock connections and the reaper of
+//! ended leases.
+
+use super::*;
+
+/// Asks every lock connection that holds locks, every [`WATCH_INTERVAL`], whether it still
+/// holds them. Locks a connection lost (it died, or was terminated) are forgotten, and the
+/// client is told through a lost session, so that their guards fire `lost()` whatever their
+/// lease. Ends with the backend.
+pub(super) async fn watch_sessions<D: Dialect>(shared: Weak<Shared<D>>) {
+    loop {
+        tokio::time::sleep(WATCH_INTERVAL).await;
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let mut by_conn: Vec<ConnLocks<D>> = Vec::new();
+        for (name, held) in strong.state().held.iter() {
+            let entry = (name.clone(), held.key.clone(), held.token);
+            match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &held.conn)) {
+                Some((_, locks)) => locks.push(entry),
+                None => by_conn.push((held.conn.clone(), vec![entry])),
+            }
+        }
+        let mut gone = 0;
+        for (conn, locks) in by_conn {
+            let keys: Vec<D::Key> = locks.iter().map(|(_, key, _)| key.clone()).collect();
+            let still = match strong.held_keys_surely(&conn, &keys).await {
+                Ok(still) => still,
+                Err(error) => {
+                    tracing::warn!(%error, "a lock connection failed; its locks are lost");
+                    strong.lose_connection(&conn).await;
+                    continue;
+                }
+            };
+            for (name, key, token) in locks {
+                if !still.contains(&key) && strong.forget_grant(&name, &conn, token) {
+                    tracing::debug!(lock = %name, "the lock's session no longer holds it");
+                    gone += 1;
+                }
+            }
+        }
+        if gone > 0 {
+            strong
+                .status
+                .send_modify(|status| status.sessions_lost += 1);
+        }
+    }
+}
+
+/// Unlocks in the background: leases that ended and grants nobody took.
+pub(super) async fn reap<D: Dialect>(shared: Weak<Shared<D>>, wake: Arc<Notify>) {
+    loop {
+        let notified = wake.notified();
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let (work, next) = {
+            let mut state = strong.state();
+            let expired: Vec<LockName> = state
+                .held
+                .iter()
+                .filter(|(_, held)| held.expires_at <= now)
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in expired {
+                if let Some(held) = state.held.remove(&name) {
+                    tracing::debug!(lock = %name, "the lease ended; unlocking");
+                    state.ending.insert(name.clone());
+                    state.unlock.push((held.conn, held.key, Some(name)));
+                }
+            }
+            let next = state.held.values().map(|held| held.expires_at).min();
+            (std::mem::take(&mut state.unlock), next)
+        };
+        for (conn, key, ended) in work {
+            let unlocked = strong.unlock(&conn, &key).await;
+            if let Err(error) = &unlocked {
+                tracing::warn!(%error, "unlocking in the background failed; closing the connection");
+            }
+            // Unlocked, or its connection is closed below: either way the server has let go.
+            strong.after_unlock(conn, unlocked.is_ok()).await;
+            if let Some(name) = ended {
+                strong.state().ending.remove(&name);
+            }
+        }
+        drop(strong);
+        tokio::select! {
+            _ = notified => {}
+            _ = crate::wake::sleep_until_or_never(next) => {}
+        }
+    }
+}

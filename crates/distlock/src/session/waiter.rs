@@ -1,0 +1,181 @@
+//! A waiter of a session lock: a blocking statement on a connection of its own, in a task, so
+//! that dropping the waiter cancels the statement instead of leaving it to grant.
+
+use super::*;
+
+/// The outcome of one blocking attempt, from its background task.
+enum Outcome<D: Dialect> {
+    Granted {
+        conn: Arc<LockConn<D>>,
+        token: u64,
+        key: D::Key,
+    },
+    TimedOut,
+    Failed(Error),
+}
+
+/// A blocking attempt in flight: its task's answer and its session (to cancel it).
+pub(super) struct Pending<D: Dialect> {
+    answer: oneshot::Receiver<Outcome<D>>,
+    /// The session running the statement, 0 when none is.
+    session: Arc<AtomicU64>,
+}
+
+pub(super) struct SessionWaiter<D: Dialect> {
+    pub(super) shared: Arc<Shared<D>>,
+    pub(super) name: LockName,
+    pub(super) owner: Owner,
+    pub(super) lease: Duration,
+    pub(super) pending: Option<Pending<D>>,
+}
+
+impl<D: Dialect> SessionWaiter<D> {
+    fn start(&mut self, max: Duration) -> &mut Pending<D> {
+        let (send, answer) = oneshot::channel();
+        let session = Arc::new(AtomicU64::new(0));
+        let shared = self.shared.clone();
+        let name = self.name.clone();
+        let task_session = session.clone();
+        tokio::spawn(async move {
+            let outcome = blocking_attempt(&shared, &name, max, &task_session).await;
+            if let Err(Outcome::Granted { conn, key, .. }) = send.send(outcome) {
+                // Nobody took the grant: give it back.
+                shared.state().unlock.push((conn, key, None));
+                shared.reaper.notify_one();
+            }
+        });
+        self.pending.insert(Pending { answer, session })
+    }
+}
+
+async fn blocking_attempt<D: Dialect>(
+    shared: &Shared<D>,
+    name: &LockName,
+    max: Duration,
+    session: &AtomicU64,
+) -> Outcome<D> {
+    let start = Instant::now();
+    // When every waiting statement is taken (by waiters of locks that may be held by the
+    // very task that now asks for this one), do not queue behind them: come back after a
+    // short wait, so that the caller tries again on the primary connection. A nested
+    // acquisition then polls instead of starving.
+    let patience = max.min(PERMIT_PATIENCE);
+    let permit = match tokio::time::timeout(patience, shared.waiting.clone().acquire_owned()).await
+    {
+        Ok(Ok(permit)) => permit,
+        Ok(Err(_)) | Err(_) => return Outcome::TimedOut,
+    };
+    let max = max.saturating_sub(start.elapsed());
+    if max.is_zero() {
+        return Outcome::TimedOut;
+    }
+    // Held until the statement ends: it bounds waiting statements, not held locks.
+    let _permit = permit;
+    let conn = match shared.idle_or_new().await {
+        Ok(conn) => conn,
+        Err(error) => return Outcome::Failed(error),
+    };
+    session.store(conn.session, Ordering::SeqCst);
+    let key = D::key(name);
+    let result = {
+        let mut c = conn.conn.lock().await;
+        shared.dialect.lock_waiting(&mut c, &key, name, max).await
+    };
+    // Done with the statement: a waiter that gives up from now on has nothing to cancel.
+    session.store(0, Ordering::SeqCst);
+    match result {
+        Ok(Some(token)) => Outcome::Granted { conn, token, key },
+        failed => {
+            // A statement that failed after it took the lock (a cancel landing between the
+            // lock and the counter) leaves the session holding it: session locks outlive a
+            // failed statement. This connection holds nothing else, so unlock everything
+            // before it serves another waiter; if that fails, closing it frees everything.
+            let clean = {
+                let mut c = conn.conn.lock().await;
+                shared.dialect.unlock_all(&mut c).await.is_ok()
+            };
+            if clean {
+                shared.to_idle(conn);
+            }
+            match failed {
+                Err(error) => Outcome::Failed(error),
+                Ok(_) => Outcome::TimedOut,
+            }
+        }
+    }
+}
+
+impl<D: Dialect> Drop for SessionWaiter<D> {
+    fn drop(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        // Stop the blocked statement; a grant that lands anyway is given back by the task.
+        let session = pending.session.load(Ordering::SeqCst);
+        if session != 0
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let shared = self.shared.clone();
+            runtime.spawn(async move { shared.dialect.cancel(session).await });
+        }
+    }
+}
+
+#[async_trait]
+impl<D: Dialect> ReleaseWaiter for SessionWaiter<D> {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        let deadline = Instant::now() + max;
+        if self.pending.is_none() {
+            self.start(max);
+        }
+        let Some(pending) = self.pending.as_mut() else {
+            return Woken::Retry;
+        };
+        let outcome = tokio::select! {
+            outcome = &mut pending.answer => outcome,
+            // The server's own wait ends the statement; this is the backstop.
+            _ = tokio::time::sleep_until(deadline + Duration::from_secs(1)) => return Woken::Retry,
+        };
+        self.pending = None;
+        match outcome {
+            Ok(Outcome::Granted { conn, token, key }) => {
+                let since = Instant::now();
+                let mut state = self.shared.state();
+                if state.held.contains_key(&self.name) {
+                    // Cannot happen (the server excludes this client's other sessions), but
+                    // never record two holders.
+                    state.unlock.push((conn, key, None));
+                    drop(state);
+                    self.shared.reaper.notify_one();
+                    return Woken::Retry;
+                }
+                state.held.insert(
+                    self.name.clone(),
+                    Held {
+                        owner: self.owner.clone(),
+                        holds: 1,
+                        token,
+                        key,
+                        conn,
+                        expires_at: since + self.lease,
+                    },
+                );
+                drop(state);
+                self.shared.reaper.notify_one();
+                Woken::Granted {
+                    fencing_token: token,
+                    since,
+                    lease: self.lease,
+                }
+            }
+            Ok(Outcome::TimedOut) => Woken::Retry,
+            Ok(Outcome::Failed(error)) => {
+                tracing::warn!(%error, scheme = D::SCHEME, "waiting for a session lock failed");
+                tokio::time::sleep_until(deadline.min(Instant::now() + Duration::from_millis(100)))
+                    .await;
+                Woken::Retry
+            }
+            Err(_) => Woken::Retry,
+        }
+    }
+}
