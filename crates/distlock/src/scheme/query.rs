@@ -1,10 +1,7 @@
 //! The one parser of the options in a backend URL's query, checked against its scheme.
 
-use super::{Scheme, of_url};
-use crate::error::{Error, Result};
-
 // Read by the backends behind cargo features; a build without them only checks keys.
-#[cfg_attr(
+#![cfg_attr(
     not(any(
         feature = "sqlite",
         feature = "redis",
@@ -14,6 +11,10 @@ use crate::error::{Error, Result};
     )),
     allow(dead_code)
 )]
+
+use super::{Scheme, of_url};
+use crate::error::{Error, Result};
+
 /// A URL's query, checked against its scheme's keys.
 #[derive(Debug)]
 pub(crate) struct Query<'a> {
@@ -22,17 +23,6 @@ pub(crate) struct Query<'a> {
     driver: Vec<&'a str>,
 }
 
-// Read by the backends behind cargo features; a build without them only checks keys.
-#[cfg_attr(
-    not(any(
-        feature = "sqlite",
-        feature = "redis",
-        feature = "zookeeper",
-        feature = "postgres",
-        feature = "mysql"
-    )),
-    allow(dead_code)
-)]
 impl<'a> Query<'a> {
     /// Splits `url` at its first `?` into the part before it and the checked query: every
     /// key must be distlock's or the driver's (named once), or the answer is an error that
