@@ -28,11 +28,13 @@ use crate::{AcquireOptions, ConnectOptions, Locks, MAX_NAME_BYTES};
 mod cancel;
 mod nested;
 mod replies;
+mod run;
 mod stalls;
 mod wire;
 pub use cancel::*;
 pub use nested::*;
 pub use replies::*;
+pub use run::*;
 pub use stalls::*;
 pub use wire::*;
 
@@ -108,6 +110,8 @@ macro_rules! conformance_suite {
             promise4_regrant_after_a_client_side_loss_keeps_holds_exact,
             promise4_concurrent_releases_keep_holds_exact,
             nested_acquire_is_not_starved_by_waiters,
+            run_holds_the_lock_for_the_work,
+            promise2_run_stops_the_work_when_the_lock_is_lost,
         );
     };
     (@cases $backend:ident, $target:expr; $($case:ident),* $(,)?) => {

@@ -16,6 +16,7 @@ use crate::name::LockName;
 use crate::settle::Ticket;
 
 mod guard;
+mod run;
 
 pub use self::guard::Guard;
 use self::guard::GuardState;

@@ -1,0 +1,75 @@
+//! [`Mutex::run`]: the code every user writes around a guard — acquire, work, stop the work
+//! when the lock is lost, release — written once.
+
+use std::future::Future;
+
+use super::{AcquireOptions, Mutex};
+use crate::error::Result;
+
+impl Mutex {
+    /// Acquires the lock (waiting as [`Mutex::acquire`] does), runs `work` with the grant's
+    /// fencing token, and releases the lock. If the lock is lost while `work` runs, `work`
+    /// is dropped at once (it stops at its next await point) and the answer is the loss,
+    /// [`Error::LockLost`](crate::Error::LockLost): no work goes on unprotected.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock::Result<()> {
+    /// let locks = distlock::connect("memory://").await?;
+    /// let sold = locks
+    ///     .mutex("concert/42")?
+    ///     .run(|token| async move {
+    ///         // Read, check and write the stock, passing `token` to a fenced store.
+    ///         let _ = token;
+    ///         1
+    ///     })
+    ///     .await?;
+    /// assert_eq!(sold, 1);
+    /// assert!(!locks.is_locked("concert/42").await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// A failed release after the work finished is logged, not returned: the work ran while
+    /// the lock was held (its loss had not fired), and the lock frees itself at its lease end.
+    ///
+    /// # Errors
+    /// As [`Mutex::acquire`], and [`Error::LockLost`](crate::Error::LockLost) when the lock
+    /// was lost during the work.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future drops the work and releases the lock in the
+    /// background, as dropping a [`Guard`](crate::Guard) does.
+    pub async fn run<F, Fut, T>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.run_with(AcquireOptions::new(), work).await
+    }
+
+    /// As [`Mutex::run`], acquiring with `options` (a wait limit, a fixed lease).
+    ///
+    /// # Errors
+    /// As [`Mutex::acquire_with`], and [`Error::LockLost`](crate::Error::LockLost) when the
+    /// lock was lost during the work.
+    pub async fn run_with<F, Fut, T>(&self, options: AcquireOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.acquire_with(options).await?;
+        let work = work(guard.fencing_token());
+        let done = tokio::select! {
+            // A loss and a finished work seen together count as the loss.
+            biased;
+            lost = guard.lost() => Err(lost),
+            value = work => Ok(value),
+        };
+        let value = done?;
+        if let Err(error) = guard.release().await {
+            tracing::warn!(lock = %self.name(), %error, "releasing after the work failed; the lock frees at its lease end");
+        }
+        Ok(value)
+    }
+}
