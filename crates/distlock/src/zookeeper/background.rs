@@ -1,0 +1,215 @@
+//! The ZooKeeper backend's background tasks: the reaper of ended leases and left-behind nodes,
+//! and the session supervisor.
+
+use super::*;
+
+/// Deletes nodes whose lease ended and nodes left behind, in the background. Ends with the
+/// backend.
+pub(super) async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
+    let mut retry_at: Option<Instant> = None;
+    loop {
+        let notified = wake.notified();
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let now = Instant::now();
+        let (work, next_expiry) = {
+            let mut state = strong.state();
+            let generation = state.generation;
+            let expired: Vec<(LockName, Owner)> = state
+                .held
+                .iter()
+                .filter(|(_, held)| held.expires_at <= now)
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in expired {
+                if let Some(held) = state.held.remove(&key) {
+                    tracing::debug!(lock = %key.0, "the lease ended; deleting the node");
+                    state.ending.insert(key.clone());
+                    let token = strong.url.naive.then_some(held.token);
+                    state.orphans.push(Orphan {
+                        ended: Some(key.clone()),
+                        path: held.path,
+                        token,
+                        generation: held.generation,
+                        prefix_lookups: None,
+                    });
+                }
+            }
+            let mut work = std::mem::take(&mut state.orphans);
+            // Nodes of an ended session are gone with it.
+            work.retain(|orphan| {
+                let keep = orphan.generation == generation;
+                if !keep && let Some(key) = &orphan.ended {
+                    state.ending.remove(key);
+                }
+                keep
+            });
+            let next_expiry = state.held.values().map(|held| held.expires_at).min();
+            (work, next_expiry)
+        };
+        if !work.is_empty() || retry_at.is_some_and(|at| at <= now) {
+            retry_at = None;
+            let session = strong.session();
+            let mut failed = Vec::new();
+            for orphan in work {
+                if orphan.generation != session.generation {
+                    if let Some(key) = &orphan.ended {
+                        strong.state().ending.remove(key);
+                    }
+                    continue;
+                }
+                if let Some(lookups) = orphan.prefix_lookups {
+                    match strong.delete_protected(&session, &orphan.path).await {
+                        Ok(true) => {}
+                        Ok(false) if lookups > 0 => failed.push(Orphan {
+                            prefix_lookups: Some(lookups - 1),
+                            ..orphan
+                        }),
+                        Ok(false) => {}
+                        Err(error) => {
+                            tracing::warn!(prefix = %orphan.path, %error, "looking for a lock node failed; retrying");
+                            failed.push(orphan);
+                        }
+                    }
+                    continue;
+                }
+                match strong
+                    .delete_node(&session, &orphan.path, orphan.token)
+                    .await
+                {
+                    Ok(_) => {
+                        if let Some(key) = &orphan.ended {
+                            strong.state().ending.remove(key);
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(node = %orphan.path, %error, "deleting a lock node failed; retrying");
+                        failed.push(orphan);
+                    }
+                }
+            }
+            if !failed.is_empty() {
+                strong.state().orphans.extend(failed);
+                retry_at = Some(Instant::now() + Duration::from_millis(200));
+            }
+        }
+        drop(strong);
+        let wake_at = [next_expiry, retry_at].into_iter().flatten().min();
+        tokio::select! {
+            _ = notified => {}
+            _ = crate::wake::sleep_until_or_never(wake_at) => {}
+        }
+    }
+}
+
+/// Follows the session: publishes Connected/Suspended, and when the session is lost (expired,
+/// or disconnected for half a session timeout), forgets its locks and opens a new one.
+pub(super) async fn supervise(shared: Weak<Shared>, mut watcher: zk::StateWatcher) {
+    loop {
+        let state = watcher.state();
+        let suspended = match state {
+            zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => false,
+            zk::SessionState::Disconnected => true,
+            _ => {
+                match renew_session(&shared).await {
+                    Some(next) => watcher = next,
+                    None => return,
+                }
+                continue;
+            }
+        };
+        let timeout = {
+            let Some(strong) = shared.upgrade() else {
+                return;
+            };
+            strong.status.send_if_modified(|status| {
+                let state = if suspended {
+                    SessionState::Suspended
+                } else {
+                    SessionState::Connected
+                };
+                let changed = status.state != state;
+                status.state = state;
+                changed
+            });
+            if suspended {
+                tracing::warn!(cluster = %strong.url.cluster, "ZooKeeper connection lost; locks are suspended");
+            }
+            // The server expires a session a session timeout after it last heard from the
+            // client, and the client is heard from at least every third of it: after half a
+            // timeout without a connection, give the locks up before the server can.
+            strong.session().client.session_timeout() / 2
+        };
+        if !suspended {
+            watcher.changed().await;
+            continue;
+        }
+        if tokio::time::timeout(timeout, watcher.changed())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "disconnected for a whole session timeout; treating the session as lost"
+            );
+            match renew_session(&shared).await {
+                Some(next) => watcher = next,
+                None => return,
+            }
+        }
+    }
+}
+
+/// Forgets the lost session's locks, reports the loss, and connects a new session. `None`
+/// when the backend is gone.
+async fn renew_session(shared: &Weak<Shared>) -> Option<zk::StateWatcher> {
+    {
+        let strong = shared.upgrade()?;
+        let mut state = strong.state();
+        state.generation += 1;
+        let generation = state.generation;
+        let lost = state.held.len();
+        state.held.clear();
+        state.orphans.clear();
+        for queued in state.waiters.values_mut() {
+            queued.node = None;
+            queued.generation = generation;
+        }
+        drop(state);
+        tracing::warn!(locks = lost, "ZooKeeper session lost; its locks are lost");
+        strong.status.send_modify(|status| {
+            status.state = SessionState::Suspended;
+            status.sessions_lost += 1;
+        });
+    }
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let (url, generation) = {
+            let strong = shared.upgrade()?;
+            let generation = strong.state().generation;
+            (strong.url.clone(), generation)
+        };
+        match zk::Client::connector()
+            .with_session_timeout(url.session_timeout)
+            .connect(&url.cluster)
+            .await
+        {
+            Ok(client) => {
+                let strong = shared.upgrade()?;
+                let watcher = client.state_watcher();
+                *strong
+                    .current
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) =
+                    Arc::new(Session { client, generation });
+                tracing::info!("new ZooKeeper session");
+                return Some(watcher);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "opening a new ZooKeeper session failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}

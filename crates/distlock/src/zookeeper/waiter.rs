@@ -1,0 +1,168 @@
+//! Waiters of the ZooKeeper locks: the sequential lock's (a watch on the node before its
+//! own) and the naive lock's (a watch on the one lock node).
+
+use super::*;
+
+/// A waiter of the sequential lock: its node in the queue, made by the owner's next attempt.
+pub(super) struct SequentialWaiter {
+    pub(super) shared: Arc<Shared>,
+    pub(super) id: u64,
+    pub(super) name: LockName,
+    pub(super) owner: Owner,
+    pub(super) lock: String,
+    pub(super) lease: Duration,
+    pub(super) status: watch::Receiver<SessionStatus>,
+}
+
+impl Drop for SequentialWaiter {
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        if let Some(queued) = state.waiters.remove(&self.id)
+            && let Some(node) = queued.node
+        {
+            // Not granted: leave the queue (in the background, as Drop cannot wait).
+            state.orphans.push(Orphan {
+                ended: None,
+                path: node.path,
+                token: None,
+                generation: queued.generation,
+                prefix_lookups: None,
+            });
+            drop(state);
+            self.shared.reaper.notify_one();
+        }
+    }
+}
+
+impl SequentialWaiter {
+    /// Our node now, if we have one in the current session.
+    fn node(&self) -> Option<Node> {
+        let state = self.shared.state();
+        state
+            .waiters
+            .get(&self.id)
+            .filter(|queued| queued.generation == state.generation)
+            .and_then(|queued| queued.node.clone())
+    }
+
+    /// Takes the lock with our node, now first in line.
+    fn granted(&self, node: &Node, generation: u64) -> Woken {
+        let since = Instant::now();
+        let shared = &self.shared;
+        if shared.record_grant(
+            &self.name,
+            &self.owner,
+            node,
+            self.lease,
+            generation,
+            Some(self.id),
+        ) {
+            Woken::Granted {
+                fencing_token: node.token,
+                since,
+                lease: self.lease,
+            }
+        } else {
+            Woken::Retry
+        }
+    }
+}
+
+#[async_trait]
+impl ReleaseWaiter for SequentialWaiter {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        // A watch lost in some way nobody foresaw costs one session timeout, not a hang.
+        let deadline = Instant::now() + max.min(self.shared.url.session_timeout);
+        self.status.borrow_and_update();
+        loop {
+            let Some(node) = self.node() else {
+                // The next attempt makes the node.
+                return Woken::Retry;
+            };
+            let shared = self.shared.clone();
+            let session = shared.session();
+            let line = match shared.queue(&session, &self.lock).await {
+                Ok(line) => line,
+                Err(error) => {
+                    tracing::debug!(%error, "listing the queue failed");
+                    tokio::time::sleep_until(
+                        deadline.min(Instant::now() + Duration::from_millis(100)),
+                    )
+                    .await;
+                    return Woken::Retry;
+                }
+            };
+            let position = line.iter().position(|c| c == child_name(&node.path));
+            let before = match position {
+                None => return Woken::Retry,
+                Some(0) => return self.granted(&node, session.generation),
+                Some(at) => at - 1,
+            };
+            let predecessor = format!("{}/{}", self.lock, line[before]);
+            let watcher = match session.client.check_and_watch_stat(&predecessor).await {
+                Ok((Some(_), watcher)) => watcher,
+                // Gone already: look again.
+                Ok((None, _)) => continue,
+                Err(error) => {
+                    tracing::debug!(%error, "watching the predecessor failed");
+                    tokio::time::sleep_until(
+                        deadline.min(Instant::now() + Duration::from_millis(100)),
+                    )
+                    .await;
+                    return Woken::Retry;
+                }
+            };
+            drop(session);
+            tokio::select! {
+                event = watcher.changed() => {
+                    WATCH_NOTIFICATIONS.fetch_add(1, Ordering::Relaxed);
+                    if event.event_type == zk::EventType::NodeDeleted && before == 0 {
+                        // The node ahead was first in line: nobody can come before us now.
+                        let generation = self.shared.state().generation;
+                        return self.granted(&node, generation);
+                    }
+                    if event.event_type == zk::EventType::Session {
+                        return Woken::Retry;
+                    }
+                }
+                _ = tokio::time::sleep_until(deadline) => return Woken::Retry,
+                _ = self.status.changed() => return Woken::Retry,
+            }
+        }
+    }
+}
+
+/// A waiter of the naive lock: watches the one node, like every other waiter.
+pub(super) struct NaiveWaiter {
+    pub(super) shared: Arc<Shared>,
+    pub(super) path: String,
+    pub(super) status: watch::Receiver<SessionStatus>,
+}
+
+#[async_trait]
+impl ReleaseWaiter for NaiveWaiter {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        let deadline = Instant::now() + max.min(self.shared.url.session_timeout);
+        self.status.borrow_and_update();
+        let session = self.shared.session();
+        let watcher = match session.client.check_and_watch_stat(&self.path).await {
+            Ok((Some(_), watcher)) => watcher,
+            Ok((None, _)) => return Woken::Retry,
+            Err(error) => {
+                tracing::debug!(%error, "watching the lock node failed");
+                tokio::time::sleep_until(deadline.min(Instant::now() + Duration::from_millis(100)))
+                    .await;
+                return Woken::Retry;
+            }
+        };
+        drop(session);
+        tokio::select! {
+            _ = watcher.changed() => {
+                WATCH_NOTIFICATIONS.fetch_add(1, Ordering::Relaxed);
+            }
+            _ = tokio::time::sleep_until(deadline) => {}
+            _ = self.status.changed() => {}
+        }
+        Woken::Retry
+    }
+}
