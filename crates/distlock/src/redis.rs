@@ -50,18 +50,15 @@ use crate::name::LockName;
 
 pub(crate) mod deployment;
 mod hub;
+mod waiter;
+
+use self::waiter::{Queued, RedisWaiter, SpinWaiter};
 
 const SCHEME: &str = "redis";
 
 /// KEYS: lock, fence. ARGV: owner, lease ms.
 /// Returns {1, token, holds} when granted, {0, pttl} when held by another owner.
-const ACQUIRE: &str = r"
-local lock, fence = KEYS[1], KEYS[2]
-local owner, lease = ARGV[1], tonumber(ARGV[2])
-if redis.call('exists', lock) == 0 then return grant(lock, fence, owner, lease) end
-if redis.call('hexists', lock, owner) == 1 then return reenter(lock, owner, lease) end
-return {0, redis.call('pttl', lock)}
-";
+const ACQUIRE: &str = include_str!("redis/lua/acquire.lua");
 
 /// Lua: the two ways an acquire succeeds, shared by the acquire scripts. `grant` makes a new
 /// grant with the next fencing token; `reenter` adds a hold to the owner's grant and never
@@ -73,27 +70,7 @@ return {0, redis.call('pttl', lock)}
 /// both, as long as the new master's clock is not behind the old one's by more than the time
 /// the failover took. (Lua numbers are doubles: exact up to 2^53, about 285 years of
 /// microseconds.)
-const GRANTING: &str = r"
-local function grant(lock, fence, owner, lease)
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local token = redis.call('incr', fence)
-  if token < now then
-    token = now
-    redis.call('set', fence, string.format('%.0f', now))
-  end
-  redis.call('hset', lock, owner, 1, ':token', string.format('%.0f', token))
-  redis.call('pexpire', lock, lease)
-  return {1, token, 1}
-end
-local function reenter(lock, owner, lease)
-  local holds = redis.call('hincrby', lock, owner, 1)
-  if redis.call('pttl', lock) < lease then
-    redis.call('pexpire', lock, lease)
-  end
-  return {1, tonumber(redis.call('hget', lock, ':token')), holds}
-end
-";
+const GRANTING: &str = include_str!("redis/lua/granting.lua");
 
 /// Lua: the first waiter of a fair queue whose ticket is fresh, removing stale ones; nil when
 /// none. And `pass_on`: gives a lock that was just freed to that waiter. Prefixed to the
@@ -106,174 +83,45 @@ end
 /// and announces `!<id> <token> <refresh number>`; the waiter holds the lock as soon as the
 /// message arrives, without asking. A waiter without one (lease 0: too short to hand over
 /// safely) is only named, and asks.
-const LIVE_HEAD: &str = r"
-local function live_head(queue, seen, terms, stale)
-  local now
-  while true do
-    local head = redis.call('zrange', queue, 0, 0)[1]
-    if not head then return nil end
-    if not now then
-      local t = redis.call('time')
-      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    end
-    local last = tonumber(redis.call('hget', seen, head) or '0')
-    if last + stale > now then return head end
-    redis.call('zrem', queue, head)
-    redis.call('hdel', seen, head)
-    redis.call('hdel', terms, head)
-  end
-end
-local function owner_of(id)
-  return string.match(id, '^(.*)#[^#]*$') or id
-end
-local function pass_on(lock, fence, channel, queue, seen, terms, stale)
-  local head = live_head(queue, seen, terms, stale)
-  if not head then
-    redis.call('publish', channel, '*')
-    return
-  end
-  local t = redis.call('hget', terms, head) or '0 0'
-  local lease, seq = string.match(t, '^(%d+) (%d+)$')
-  lease = tonumber(lease or '0')
-  if lease > 0 then
-    local token = grant(lock, fence, owner_of(head), lease)[2]
-    redis.call('hset', lock, ':handoff', head, ':seq', seq)
-    redis.call('zrem', queue, head)
-    redis.call('hdel', seen, head)
-    redis.call('hdel', terms, head)
-    redis.call('publish', channel, '!' .. head .. ' ' .. string.format('%.0f', token) .. ' ' .. seq)
-  else
-    redis.call('publish', channel, head)
-  end
-end
-";
+const LIVE_HEAD: &str = include_str!("redis/lua/live_head.lua");
 
 /// KEYS: lock, fence, channel, queue, seen, terms. ARGV: owner, stale ms.
 /// Returns the holds left (0: freed and passed on), -1 when free, -2 when held by another.
 /// A freed lock goes to the first queued waiter (fair mode), or is announced to anyone.
-const RELEASE: &str = r"
-local lock, owner = KEYS[1], ARGV[1]
-if redis.call('hexists', lock, owner) == 0 then
-  if redis.call('exists', lock) == 1 then return -2 end
-  return -1
-end
-local holds = redis.call('hincrby', lock, owner, -1)
-if holds > 0 then return holds end
-redis.call('del', lock)
-pass_on(lock, KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]))
-return 0
-";
+const RELEASE: &str = include_str!("redis/lua/release.lua");
 
 /// KEYS: lock, fence, queue, seen, terms. ARGV: owner, lease ms, stale ms.
 /// As ACQUIRE, but a free lock goes only to an owner whose waiter is first in the queue (or
 /// anyone when nobody waits): returns {0, -3} when it is reserved for another.
-const ACQUIRE_FAIR: &str = r"
-local lock, fence, queue, seen, terms = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local owner, lease = ARGV[1], tonumber(ARGV[2])
-if redis.call('exists', lock) == 1 then
-  if redis.call('hexists', lock, owner) == 1 then return reenter(lock, owner, lease) end
-  return {0, redis.call('pttl', lock)}
-end
-local head = live_head(queue, seen, terms, tonumber(ARGV[3]))
-if head then
-  if owner_of(head) ~= owner then return {0, -3} end
-  redis.call('zrem', queue, head)
-  redis.call('hdel', seen, head)
-  redis.call('hdel', terms, head)
-end
-return grant(lock, fence, owner, lease)
-";
+const ACQUIRE_FAIR: &str = include_str!("redis/lua/acquire_fair.lua");
 
 /// KEYS: queue, seen, ticket, terms, lock. ARGV: waiter id, lease ms (0: do not hand over),
 /// refresh number. If the lock was handed to this waiter and it has not taken it yet, takes
 /// it: {1, token, refresh number}. Otherwise queues the waiter at the back unless it is
 /// queued, marks it seen now, records its terms: {0}. Also the refresh.
-const ENQUEUE: &str = r"
-local queue, seen, ticket, terms, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-if redis.call('hget', lock, ':handoff') == ARGV[1] then
-  redis.call('hdel', lock, ':handoff')
-  return {1, tonumber(redis.call('hget', lock, ':token')), tonumber(redis.call('hget', lock, ':seq'))}
-end
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if not redis.call('zscore', queue, ARGV[1]) then
-  redis.call('zadd', queue, redis.call('incr', ticket), ARGV[1])
-end
-redis.call('hset', seen, ARGV[1], now)
-redis.call('hset', terms, ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
-return {0}
-";
+const ENQUEUE: &str = include_str!("redis/lua/enqueue.lua");
 
 /// KEYS: lock, fence, channel, queue, seen, terms. ARGV: waiter id, stale ms. Leaves the
 /// queue. A lock handed to this waiter and not taken is given back (one hold); a free lock is
 /// passed on to the next waiter.
-const LEAVE: &str = r"
-local lock, id = KEYS[1], ARGV[1]
-redis.call('zrem', KEYS[4], id)
-redis.call('hdel', KEYS[5], id)
-redis.call('hdel', KEYS[6], id)
-if redis.call('hget', lock, ':handoff') == id then
-  redis.call('hdel', lock, ':handoff')
-  if redis.call('hincrby', lock, owner_of(id), -1) > 0 then return 1 end
-  redis.call('del', lock)
-end
-if redis.call('exists', lock) == 0 then
-  pass_on(lock, KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[2]))
-end
-return 1
-";
+const LEAVE: &str = include_str!("redis/lua/leave.lua");
 
 /// KEYS: lock. ARGV: owner, lease ms. Returns 1 when extended, -1 when free, -2 when held by
 /// another.
-const EXTEND: &str = r"
-if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return 1
-end
-if redis.call('exists', KEYS[1]) == 1 then return -2 end
-return -1
-";
+const EXTEND: &str = include_str!("redis/lua/extend.lua");
 
 /// KEYS: the locks. ARGV: lease ms, then one owner per key. Returns 1 or 0 per key.
-const RENEW: &str = r"
-local renewed = {}
-for i, lock in ipairs(KEYS) do
-  if redis.call('hexists', lock, ARGV[i + 1]) == 1 then
-    redis.call('pexpire', lock, ARGV[1])
-    renewed[i] = 1
-  else
-    renewed[i] = 0
-  end
-end
-return renewed
-";
+const RENEW: &str = include_str!("redis/lua/renew.lua");
 
 /// No KEYS. ARGV: lease ms, then lock key and owner pairs, all served by the node that runs
 /// it. As RENEW, for a Cluster node: the keys are not declared because they span slots,
 /// which Redis 7 allows with this flag for keys of the node's own slots (and refuses
 /// otherwise, as after a slot moved).
-const RENEW_ON_NODE: &str = r"#!lua flags=allow-cross-slot-keys
-local renewed = {}
-for i = 2, #ARGV, 2 do
-  if redis.call('hexists', ARGV[i], ARGV[i + 1]) == 1 then
-    redis.call('pexpire', ARGV[i], ARGV[1])
-    renewed[#renewed + 1] = 1
-  else
-    renewed[#renewed + 1] = 0
-  end
-end
-return renewed
-";
+const RENEW_ON_NODE: &str = include_str!("redis/lua/renew_on_node.lua");
 
 /// KEYS: lock, fence, channel, queue, seen, terms. ARGV: stale ms. Returns 1 when the lock
 /// was held; the freed lock is passed on as by a release.
-const FORCE_UNLOCK: &str = r"
-if redis.call('del', KEYS[1]) == 1 then
-  pass_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[1]))
-  return 1
-end
-return 0
-";
+const FORCE_UNLOCK: &str = include_str!("redis/lua/force_unlock.lua");
 
 /// A queued waiter not seen for this long is skipped (fair mode).
 const TICKET_STALE: Duration = Duration::from_secs(1);
@@ -828,212 +676,6 @@ impl RedisBackend {
             .filter(|flags| flags.len() == share.len())
             .map(|flags| flags.into_iter().map(|f| f == 1).collect());
         (share, flags)
-    }
-}
-
-/// The spin lock's waiting: sleep, then let the caller ask again.
-struct SpinWaiter {
-    sleep: Duration,
-}
-
-#[async_trait]
-impl ReleaseWaiter for SpinWaiter {
-    async fn wait(&mut self, max: Duration) -> Woken {
-        // Jitter keeps waiters that started together from asking together.
-        let nap = self.sleep.mul_f64(0.5 + fastrand::f64());
-        self.sleep = (self.sleep * 2).min(SPIN_MAX);
-        tokio::time::sleep(nap.min(max)).await;
-        Woken::Retry
-    }
-}
-
-struct RedisWaiter {
-    hub: Arc<ReleaseHub>,
-    channel: String,
-    receiver: watch::Receiver<Arc<str>>,
-    /// In fair mode: our place in the lock's queue; `None` once we took a lock handed to us.
-    queued: Option<Queued>,
-    /// A handover learnt of while queueing, returned by the next wait.
-    handed: Option<Woken>,
-}
-
-/// A waiter's place in a fair lock's queue.
-struct Queued {
-    backend: RedisBackend,
-    keys: Keys,
-    /// `<owner>#<random>`: this waiter, distinct from the owner's other waiters.
-    id: String,
-    /// The lease a handover grants; 0 for "name me, I will ask".
-    lease_ms: u64,
-    /// When each recent refresh was sent, by number.
-    refreshes: VecDeque<(u64, tokio::time::Instant)>,
-    next_refresh: u64,
-    refreshed: tokio::time::Instant,
-}
-
-/// How many refresh send times a waiter remembers. The server hands over only to a waiter
-/// seen within `TICKET_STALE`, four refresh intervals, so the refresh it names is recent.
-const REFRESHES_KEPT: usize = 16;
-
-impl Queued {
-    /// Joins the queue, or marks us seen if we are in it; takes the lock if it was handed to
-    /// us and the announcement was missed.
-    async fn enqueue(&mut self) -> Result<Option<Woken>> {
-        let number = self.next_refresh;
-        self.next_refresh += 1;
-        if self.refreshes.len() == REFRESHES_KEPT {
-            self.refreshes.pop_front();
-        }
-        self.refreshes
-            .push_back((number, tokio::time::Instant::now()));
-        let reply: Vec<i64> = self
-            .backend
-            .scripts
-            .enqueue
-            .key(&self.keys.queue)
-            .key(&self.keys.seen)
-            .key(&self.keys.ticket)
-            .key(&self.keys.terms)
-            .key(&self.keys.lock)
-            .arg(&self.id)
-            .arg(self.lease_ms)
-            .arg(number)
-            .invoke_async(&mut self.backend.connection.clone())
-            .await
-            .map_err(backend_error("queue a waiter"))?;
-        self.refreshed = tokio::time::Instant::now();
-        Ok(match reply.as_slice() {
-            [1, token, number] => Some(self.handed(*token, *number)),
-            _ => None,
-        })
-    }
-
-    /// The grant handed to us with `token`, made after the server saw refresh `number`.
-    fn handed(&self, token: i64, number: i64) -> Woken {
-        // The grant's lease started after the server saw that refresh, hence after we sent
-        // it: a safe start for our local deadline. Unknown numbers fall back to the oldest.
-        let since = self
-            .refreshes
-            .iter()
-            .find(|(n, _)| i64::try_from(*n).is_ok_and(|n| n == number))
-            .or(self.refreshes.front())
-            .map_or(self.refreshed, |(_, sent)| *sent);
-        Woken::Granted {
-            fencing_token: u64::try_from(token).unwrap_or(0),
-            since,
-            lease: Duration::from_millis(self.lease_ms),
-        }
-    }
-}
-
-/// An announcement, read: `!<id> <token> <refresh>` (the lock was handed to waiter `id`),
-/// `*` (anyone may try), or a waiter id (that waiter may try).
-enum Announced<'a> {
-    Handed {
-        id: &'a str,
-        token: i64,
-        number: i64,
-    },
-    Anyone,
-    Named(&'a str),
-}
-
-fn read_announcement(message: &str) -> Announced<'_> {
-    if message == "*" {
-        return Announced::Anyone;
-    }
-    if let Some(rest) = message.strip_prefix('!') {
-        let mut parts = rest.split(' ');
-        if let (Some(id), Some(token), Some(number), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-            && let (Ok(token), Ok(number)) = (token.parse(), number.parse())
-        {
-            return Announced::Handed { id, token, number };
-        }
-        // Not ours to read: anyone may look.
-        return Announced::Anyone;
-    }
-    Announced::Named(message)
-}
-
-#[async_trait]
-impl ReleaseWaiter for RedisWaiter {
-    async fn wait(&mut self, max: Duration) -> Woken {
-        if let Some(handed) = self.handed.take() {
-            self.queued = None;
-            return handed;
-        }
-        let now = tokio::time::Instant::now();
-        let mut until = now + max;
-        if let Some(queued) = self.queued.as_mut() {
-            if now.duration_since(queued.refreshed) >= TICKET_REFRESH {
-                // An error leaves the ticket to go stale; the next refresh queues us again.
-                if let Ok(Some(handed)) = queued.enqueue().await {
-                    self.queued = None;
-                    return handed;
-                }
-            }
-            // Return at the next refresh so that the caller asks again: a first waiter that
-            // died is only skipped by an acquire after its ticket went stale.
-            if let Some(queued) = &self.queued {
-                until = until.min(queued.refreshed + TICKET_REFRESH);
-            }
-        }
-        loop {
-            match tokio::time::timeout_at(until, self.receiver.changed()).await {
-                Ok(Ok(())) => {
-                    let message = self.receiver.borrow_and_update().clone();
-                    let Some(queued) = &self.queued else {
-                        // Not queued (the race): any announcement is a chance.
-                        return Woken::Retry;
-                    };
-                    match read_announcement(&message) {
-                        Announced::Handed { id, token, number } if id == queued.id => {
-                            let handed = queued.handed(token, number);
-                            self.queued = None;
-                            return handed;
-                        }
-                        Announced::Anyone => return Woken::Retry,
-                        Announced::Named(id) if id == queued.id => return Woken::Retry,
-                        // Another waiter's turn.
-                        Announced::Handed { .. } | Announced::Named(_) => {}
-                    }
-                }
-                // The hub dropped the channel; wait out the time instead.
-                Ok(Err(_)) => {
-                    tokio::time::sleep_until(until).await;
-                    return Woken::Retry;
-                }
-                Err(_) => return Woken::Retry,
-            }
-        }
-    }
-}
-
-impl Drop for RedisWaiter {
-    fn drop(&mut self) {
-        if let Some(queued) = self.queued.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            // Leave the queue; give back a lock handed to us that we did not take (and pass a
-            // free lock on). Best effort: a ticket left behind goes stale in a second, and a
-            // lock handed to us frees when its lease ends.
-            drop(runtime.spawn(async move {
-                let _: redis::RedisResult<i64> = queued
-                    .keys
-                    .passing_on(&queued.backend.scripts.leave)
-                    .arg(&queued.id)
-                    .arg(millis(TICKET_STALE))
-                    .invoke_async(&mut queued.backend.connection.clone())
-                    .await;
-            }));
-        }
-        if self.hub.leave(&self.channel)
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            let (hub, channel) = (self.hub.clone(), std::mem::take(&mut self.channel));
-            drop(runtime.spawn(async move { hub.unsubscribe_if_idle(channel).await }));
-        }
     }
 }
 

@@ -1,0 +1,11 @@
+
+local renewed = {}
+for i, lock in ipairs(KEYS) do
+  if redis.call('hexists', lock, ARGV[i + 1]) == 1 then
+    redis.call('pexpire', lock, ARGV[1])
+    renewed[i] = 1
+  else
+    renewed[i] = 0
+  end
+end
+return renewed

@@ -1,0 +1,11 @@
+#!lua flags=allow-cross-slot-keys
+local renewed = {}
+for i = 2, #ARGV, 2 do
+  if redis.call('hexists', ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('pexpire', ARGV[i], ARGV[1])
+    renewed[#renewed + 1] = 1
+  else
+    renewed[#renewed + 1] = 0
+  end
+end
+return renewed
