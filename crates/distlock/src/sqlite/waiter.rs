@@ -1,0 +1,238 @@
+//! The SQLite lock's waiter: its queue ticket (fair mode), polling with backoff and the
+//! bell that rings it on a release.
+
+use super::*;
+
+/// Waits for a release by polling with a read-only query: SQLite cannot notify other
+/// processes. In fair mode it also keeps its ticket fresh and returns only when the lock is
+/// free and no live ticket is ahead of its own.
+pub(super) struct SqliteWaiter {
+    pub(super) backend: SqliteBackend,
+    pub(super) name: String,
+    pub(super) owner: String,
+    pub(super) ticket: Option<i64>,
+    /// Woken by a release's doorbell (fair mode on Linux); without one, waiters poll closely.
+    pub(super) listener: Option<Listener>,
+    pub(super) refreshed: tokio::time::Instant,
+    pub(super) poll: Duration,
+}
+
+/// What a poll saw.
+pub(super) struct Poll {
+    pub(super) free: bool,
+    /// Live tickets ahead of ours (0 without fair mode).
+    pub(super) ahead: u32,
+    /// False when our ticket was removed (we were too slow to refresh it).
+    pub(super) ticket_alive: bool,
+}
+
+/// One look at the lock and the queue.
+pub(super) fn look(conn: &Connection, name: &str, ticket: Option<i64>) -> rusqlite::Result<Poll> {
+    let now = now_ms();
+    let free = live_row(conn, name, now)?.is_none();
+    let Some(ticket) = ticket else {
+        return Ok(Poll {
+            free,
+            ahead: 0,
+            ticket_alive: true,
+        });
+    };
+    let (ahead, ticket_alive): (u32, bool) = query_row(
+        conn,
+        "SELECT
+             (SELECT COUNT(*) FROM distlock_waiters
+              WHERE name = ?1 AND seen_at_ms > ?2 AND ticket < ?3),
+             EXISTS (SELECT 1 FROM distlock_waiters WHERE ticket = ?3)",
+        params![name, now - TICKET_STALE_MS, ticket],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+    )?;
+    Ok(Poll {
+        free,
+        ahead,
+        ticket_alive,
+    })
+}
+
+impl Poll {
+    /// Our turn: the lock is free and nobody is queued ahead of us.
+    pub(super) fn our_turn(&self) -> bool {
+        self.free && self.ahead == 0 && self.ticket_alive
+    }
+}
+
+impl SqliteWaiter {
+    pub(super) async fn poll_once(&self) -> Result<Poll> {
+        let (name, ticket) = (self.name.clone(), self.ticket);
+        self.backend
+            .run("poll the lock", move |conn| look(conn, &name, ticket))
+            .await
+    }
+
+    /// Looks every 200 µs on a blocking thread for up to `watch`, returning at our turn or
+    /// with the last look. The connection is taken only for each look.
+    pub(super) async fn watch_closely(&self, watch: Duration) -> Result<Poll> {
+        let (name, ticket) = (self.name.clone(), self.ticket);
+        let connection = self.backend.connection.clone();
+        let busy_timeout = self.backend.busy_timeout;
+        tokio::task::spawn_blocking(move || {
+            let end = std::time::Instant::now() + watch;
+            loop {
+                std::thread::sleep(CLOSE_POLL);
+                let poll = {
+                    let conn = lock_connection(&connection, busy_timeout);
+                    look(&conn, &name, ticket)?
+                };
+                if poll.our_turn() || !poll.ticket_alive || std::time::Instant::now() >= end {
+                    return Ok(poll);
+                }
+            }
+        })
+        .await
+        .map_err(|e| Error::backend(SCHEME, "poll the lock", e))?
+        .map_err(backend_error("poll the lock"))
+    }
+
+    /// Refreshes the ticket, or takes a new one at the back of the queue if it was removed.
+    pub(super) async fn refresh_ticket(&mut self, alive: bool) -> Result<()> {
+        let Some(ticket) = self.ticket else {
+            return Ok(());
+        };
+        if alive {
+            self.backend
+                .run("refresh a waiter", move |conn| {
+                    execute(
+                        conn,
+                        "UPDATE distlock_waiters SET seen_at_ms = ?2 WHERE ticket = ?1",
+                        params![ticket, now_ms()],
+                    )
+                })
+                .await?;
+        } else {
+            self.ticket = Some(self.backend.take_ticket(&self.name, &self.owner).await?);
+        }
+        self.refreshed = tokio::time::Instant::now();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ReleaseWaiter for SqliteWaiter {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        self.wait_for_release(max).await;
+        Woken::Retry
+    }
+}
+
+impl SqliteWaiter {
+    pub(super) async fn wait_for_release(&mut self, max: Duration) {
+        if self.listener.is_some() {
+            return self.wait_for_bell(max).await;
+        }
+        let deadline = tokio::time::Instant::now() + max;
+        let mut close_to_front = false;
+        let mut first_look = true;
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return;
+            }
+            let poll = if first_look {
+                // Look at once to learn our place in the queue: a waiter next in line must
+                // not spend a timer tick before it starts watching closely.
+                first_look = false;
+                self.poll_once().await
+            } else if close_to_front {
+                // The first two in the queue watch closely, so that a handoff costs a fraction
+                // of a millisecond, not a timer tick.
+                self.watch_closely(CLOSE_WATCH.min(deadline - now)).await
+            } else {
+                // Jitter spreads the polls of many waiters.
+                let nap = self.poll.mul_f64(0.75 + fastrand::f64() * 0.5);
+                if now + nap >= deadline {
+                    tokio::time::sleep_until(deadline).await;
+                    return;
+                }
+                tokio::time::sleep(nap).await;
+                self.poll_once().await
+            };
+            // An error is treated as "maybe free": the caller's next attempt reports it.
+            let Ok(poll) = poll else {
+                return;
+            };
+            let refresh_due = !poll.ticket_alive || self.refreshed.elapsed() >= TICKET_REFRESH;
+            if refresh_due && self.refresh_ticket(poll.ticket_alive).await.is_err() {
+                return;
+            }
+            if poll.our_turn() {
+                self.poll = POLL_FIRST;
+                return;
+            }
+            close_to_front = self.ticket.is_some() && poll.ticket_alive && poll.ahead <= 1;
+            self.poll = if self.ticket.is_some() {
+                // A millisecond per waiter ahead: each of them holds the lock for at least a
+                // handoff, so we move up to watching closely before our turn comes.
+                (POLL_FIRST * poll.ahead.max(1)).min(POLL_MAX)
+            } else {
+                (self.poll * 2).min(POLL_MAX)
+            };
+        }
+    }
+}
+
+impl SqliteWaiter {
+    /// Waits for a ring of this lock's doorbell, looking every [`BELL_POLL`] anyway.
+    pub(super) async fn wait_for_bell(&mut self, max: Duration) {
+        let Some(notify) = self.listener.as_ref().map(Listener::notify) else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let rung = notify.notified();
+            tokio::pin!(rung);
+            rung.as_mut().enable();
+            // An error is treated as "maybe free": the caller's next attempt reports it.
+            let Ok(poll) = self.poll_once().await else {
+                return;
+            };
+            let refresh_due = !poll.ticket_alive || self.refreshed.elapsed() >= TICKET_REFRESH;
+            if refresh_due && self.refresh_ticket(poll.ticket_alive).await.is_err() {
+                return;
+            }
+            if poll.our_turn() {
+                return;
+            }
+            let nap = BELL_POLL.mul_f64(0.75 + fastrand::f64() * 0.5);
+            let wake = (tokio::time::Instant::now() + nap).min(deadline);
+            tokio::select! {
+                () = &mut rung => {}
+                () = tokio::time::sleep_until(wake) => {}
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for SqliteWaiter {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket else {
+            return;
+        };
+        // Leave the queue. Best effort: a ticket left behind is skipped once it is stale.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let backend = self.backend.clone();
+            drop(runtime.spawn(async move {
+                let _ = backend
+                    .run("leave the queue", move |conn| {
+                        execute(
+                            conn,
+                            "DELETE FROM distlock_waiters WHERE ticket = ?1",
+                            [ticket],
+                        )
+                    })
+                    .await;
+            }));
+        }
+    }
+}
