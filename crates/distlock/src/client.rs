@@ -333,17 +333,19 @@ impl ClientInner {
             .map_or(0, Slot::holds)
     }
 
-    /// Records a new guard. `fresh` is true when the backend made a new grant (hold count 1):
-    /// any slot left from an earlier grant to this owner is then stale and marked lost.
+    /// Records a new guard; `holds` is the owner's hold count the backend answered. A count
+    /// of 1 is a new grant: any slot left from an earlier grant to this owner is then stale
+    /// and marked lost. A larger count re-entered holds that are still there.
     pub(crate) fn register(
         self: &Arc<Self>,
         name: &LockName,
         owner: &Owner,
         fencing_token: u64,
-        fresh: bool,
+        holds: u32,
         renew: bool,
         deadline: Instant,
     ) -> Arc<Grant> {
+        let fresh = holds <= 1;
         let (grant, wake_keeper) = {
             let mut registry = self.registry();
             let key = (name.clone(), owner.clone());
@@ -368,11 +370,19 @@ impl ClientInner {
                     if let Some(slot) = previous {
                         slot.grant
                             .mark_lost(name, "the lease ran out and the lock was granted anew");
-                        // A re-entry (not a fresh grant) found the old holds still there:
-                        // their guards' releases must still reach the server.
+                        // A re-entry (not a fresh grant) found old holds still there: their
+                        // guards' releases must still reach the server, but no more of them
+                        // than the server counts besides this grant (some old holds may
+                        // have ended, and their releases must not take newer ones).
                         if !fresh {
                             carried = std::mem::take(&mut slot.carried);
                             carried.push((slot.grant.clone(), slot.guards));
+                            let mut room = holds - 1;
+                            for (_, guards) in &mut carried {
+                                *guards = (*guards).min(room);
+                                room -= *guards;
+                            }
+                            carried.retain(|(_, guards)| *guards > 0);
                         }
                     }
                     let grant = Grant::new(fencing_token);

@@ -374,7 +374,7 @@ fn granted(
     start: Instant,
 ) -> Guard {
     let renew = options.lease.is_none();
-    let grant = client.register(name, owner, fencing_token, holds <= 1, renew, deadline);
+    let grant = client.register(name, owner, fencing_token, holds, renew, deadline);
     tracing::debug!(
         fencing_token,
         holds,

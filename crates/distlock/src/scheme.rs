@@ -134,7 +134,9 @@ const SQL_DRIVER_COMMON: [&str; 10] = [
     "options[",
 ];
 
-const POSTGRES_DRIVER: &[&str] = &concat_keys::<10, 9, 19>(
+/// sqlx's PostgreSQL keys, and libpq's that sqlx accepts without acting on them (it logs a
+/// warning): URLs shared with libpq-based tools (`DATABASE_URL`) carry them.
+const POSTGRES_DRIVER: &[&str] = &concat_keys::<10, 27, 37>(
     SQL_DRIVER_COMMON,
     [
         "sslrootcert",
@@ -146,6 +148,24 @@ const POSTGRES_DRIVER: &[&str] = &concat_keys::<10, 9, 19>(
         "user",
         "password",
         "application_name",
+        "connect_timeout",
+        "channel_binding",
+        "target_session_attrs",
+        "gssencmode",
+        "sslcrl",
+        "sslpassword",
+        "sslsni",
+        "requiressl",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+        "fallback_application_name",
+        "krbsrvname",
+        "load_balance_hosts",
+        "client_encoding",
+        "service",
     ],
 );
 

@@ -37,6 +37,10 @@ pub enum Event {
     },
 }
 
+/// How long after the server's grant a running worker logs it, at most: the margin by which a
+/// cut before the logged grant may still have struck the grant's connection.
+const GRANT_LOGGED_WITHIN_US: u64 = 100_000;
+
 /// A fault the checker caused to one worker process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Fault {
@@ -86,9 +90,18 @@ impl Fault {
         }
     }
 
-    /// True when the fault struck `w` at or after `from` and before `before`, and excuses an
-    /// overlap.
-    fn excuses(&self, w: u32, from: u64, before: u64) -> bool {
+    /// True when the fault struck holder `w` of a grant it asked for at `asked` and logged
+    /// at `granted`, before `before`, and excuses an overlap. A pause or kill counts from the
+    /// ask (a stopped worker may have been granted without logging it); a cut or a lost reply
+    /// only from shortly before the logged grant (the connections of a worker still waiting
+    /// hold nothing of this grant).
+    fn excuses(&self, w: u32, asked: u64, granted: u64, before: u64) -> bool {
+        let from = match self {
+            Fault::Cut { .. } | Fault::LostReply { .. } => {
+                granted.saturating_sub(GRANT_LOGGED_WITHIN_US).max(asked)
+            }
+            _ => asked,
+        };
         let began = self.began();
         self.worker() == w && from <= began && began < before && self.excuses_overlap()
     }
@@ -190,7 +203,7 @@ pub fn check(events: &[Event], faults: &[Fault], register: u64) -> Verdict {
             let told = earlier.lost_at.is_some_and(|at| at < later.from);
             let struck = faults
                 .iter()
-                .any(|f| f.excuses(earlier.w, earlier.asked, later.from));
+                .any(|f| f.excuses(earlier.w, earlier.asked, earlier.from, later.from));
             if told || struck {
                 verdict.overlaps_excused += 1;
             } else {
@@ -404,6 +417,27 @@ mod tests {
             assert_eq!(verdict.violations.is_empty(), excused, "{fault:?}");
             assert_eq!(verdict.overlaps_excused, u64::from(excused), "{fault:?}");
         }
+    }
+
+    #[test]
+    fn a_cut_while_the_holder_was_still_waiting_excuses_nothing() {
+        // Worker 1 asked at 0 and was granted at 2 s; its connections were cut at 1 s,
+        // while it waited: that cut cannot have freed this grant.
+        let mut events = round(1, 10, 2_000_000, 2_500_000, true);
+        events[0] = Event::Ask { w: 1, at: 0 };
+        events.extend(round(2, 11, 2_100_000, 2_200_000, true));
+        let cut = Fault::Cut {
+            w: 1,
+            at: 1_000_000,
+            frees: true,
+        };
+        assert_eq!(check(&events, &[cut], 2).violations.len(), 1);
+        let pause = Fault::Pause {
+            w: 1,
+            from: 1_000_000,
+            to: 1_500_000,
+        };
+        assert!(check(&events, &[pause], 2).violations.is_empty());
     }
 
     #[test]

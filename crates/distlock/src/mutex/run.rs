@@ -30,12 +30,14 @@ impl Mutex {
     /// # }
     /// ```
     ///
-    /// A failed release after the work finished is logged, not returned: the work ran while
-    /// the lock was held (its loss had not fired), and the lock frees itself at its lease end.
+    /// If the release finds the lock gone (lost, or held by another), the answer is that
+    /// error, not the work's value: the work finished, but it may not have been protected to
+    /// its end. Any other failed release is logged, not returned: the lock was not known lost
+    /// when the work ended, and it frees itself at its lease end.
     ///
     /// # Errors
-    /// As [`Mutex::acquire`], and [`Error::LockLost`](crate::Error::LockLost) when the lock
-    /// was lost during the work.
+    /// As [`Mutex::acquire`]; [`Error::LockLost`](crate::Error::LockLost) when the lock was lost during the work,
+    /// and `LockLost` or [`Error::NotOwner`](crate::Error::NotOwner) when the release found it gone.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future drops the work and releases the lock in the
@@ -67,9 +69,15 @@ impl Mutex {
             value = work => Ok(value),
         };
         let value = done?;
-        if let Err(error) = guard.release().await {
-            tracing::warn!(lock = %self.name(), %error, "releasing after the work failed; the lock frees at its lease end");
+        match guard.release().await {
+            Ok(()) => Ok(value),
+            // The lock was gone by the release: the work may not have been protected to its
+            // end (a session lock's loss is known up to a second late), so that is the answer.
+            Err(error) if error.is_lock_lost() || error.is_not_owner() => Err(error),
+            Err(error) => {
+                tracing::warn!(lock = %self.name(), %error, "releasing after the work failed; the lock frees at its lease end");
+                Ok(value)
+            }
         }
-        Ok(value)
     }
 }

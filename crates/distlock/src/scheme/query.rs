@@ -16,6 +16,29 @@
 use super::{Scheme, of_url};
 use crate::error::{Error, Result};
 
+/// `%XX` escapes decoded; anything else (and a malformed escape) kept as it is.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(high), Some(low)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A URL's query, checked against its scheme's keys.
 #[derive(Debug)]
 pub(crate) struct Query<'a> {
@@ -34,7 +57,10 @@ impl<'a> Query<'a> {
         let mut own: Vec<(&'static str, &'a str)> = Vec::new();
         let mut driver = Vec::new();
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let (raw_key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            // Drivers decode percent-escaped keys (`options%5Bsearch_path%5D`): so is the check.
+            let decoded = percent_decoded(raw_key);
+            let key = decoded.as_str();
             if let Some(option) = scheme.options.iter().find(|o| o.key == key) {
                 if own.iter().any(|(seen, _)| *seen == option.key) {
                     return Err(Error::invalid(
@@ -168,6 +194,16 @@ mod tests {
         assert_eq!(query.driver_url(base), "redis://h/");
         let (_, query) = Query::parse("redis://h/?fair=maybe").unwrap();
         assert!(query.flag("fair").unwrap_err().is_invalid_input());
+        // libpq's keys that sqlx ignores, and percent-escaped keys, still pass to the driver.
+        let url = "postgresql://u@h/db?sslmode=require&channel_binding=require&connect_timeout=10";
+        let (base, query) = Query::parse(url).unwrap();
+        assert_eq!(query.driver_url(base), url);
+        let (base, query) = Query::parse("postgres://h/db?options%5Bsearch_path%5D=x").unwrap();
+        assert_eq!(
+            query.driver_url(base),
+            "postgres://h/db?options%5Bsearch_path%5D=x"
+        );
+        assert_eq!(percent_decoded("a%5Bb%5d%zz%"), "a[b]%zz%");
         let (_, query) = Query::parse("mysql://h/?mode=row").unwrap();
         assert!(query.choice("mode", &["named", "table"]).is_err());
     }
