@@ -124,6 +124,9 @@ pub trait Dialect: Send + Sync + 'static {
 struct LockConn<D: Dialect> {
     conn: AsyncMutex<D::Conn>,
     session: u64,
+    /// Given up ([`Shared::lose_connection`]): never reused, so that it closes with its last
+    /// handle and the server frees what it may still hold.
+    given_up: std::sync::atomic::AtomicBool,
 }
 
 impl<D: Dialect> LockConn<D> {
@@ -132,6 +135,7 @@ impl<D: Dialect> LockConn<D> {
         Ok(Arc::new(LockConn {
             conn: AsyncMutex::new(conn),
             session,
+            given_up: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 }
@@ -270,6 +274,9 @@ impl<D: Dialect> Shared<D> {
 
     /// A waiter's connection that holds nothing now: keep it for the next waiter.
     fn to_idle(&self, conn: Arc<LockConn<D>>) {
+        if conn.given_up.load(Ordering::SeqCst) {
+            return;
+        }
         let mut idle = self
             .idle
             .lock()
@@ -379,6 +386,7 @@ impl<D: Dialect> Shared<D> {
     /// Gives up a lock connection: no longer the primary, every grant on it forgotten (so
     /// that it closes), and the client told of a lost session.
     async fn lose_connection(&self, conn: &Arc<LockConn<D>>) {
+        conn.given_up.store(true, Ordering::SeqCst);
         self.drop_primary(conn).await;
         let forgotten = {
             let mut state = self.state();
