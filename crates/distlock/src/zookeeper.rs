@@ -79,6 +79,8 @@ use self::waiter::{NaiveWaiter, SequentialWaiter};
 
 /// Every watch event delivered to a waiter in this process so far, for measuring the herd
 /// effect: with `zk://` one per release, with `zk+naive://` one per waiter per release.
+/// A hook of `distlock bench`, not part of the API.
+#[doc(hidden)]
 pub fn watch_notifications() -> u64 {
     WATCH_NOTIFICATIONS.load(Ordering::Relaxed)
 }
@@ -292,8 +294,11 @@ impl ZooKeeperBackend {
     /// release is a write, which the leader logs to disk before it answers, so this is the
     /// floor under their cost, as [`Backend::ping`] (a read) is under a query's.
     ///
+    /// A hook of `distlock bench`, not part of the API.
+    ///
     /// # Errors
     /// [`Error::Backend`] when the write fails.
+    #[doc(hidden)]
     pub async fn write_round_trip(&self) -> Result<Duration> {
         let shared = &self.shared;
         let session = shared.session();
