@@ -1,0 +1,169 @@
+//! What the lock connections hold: asking them (patiently), and forgetting or giving up
+//! what they no longer hold.
+
+use super::*;
+
+impl<D: Dialect> Shared<D> {
+    /// As [`Shared::held_keys`], asked up to three times before an error counts: a healthy
+    /// connection's query can fail once (a stray cancel meant for a waiter's statement that
+    /// ran on it earlier), and calling its locks lost would close it and free them.
+    pub(super) async fn held_keys_surely(
+        &self,
+        conn: &LockConn<D>,
+        keys: &[D::Key],
+    ) -> Result<HashSet<D::Key>> {
+        let mut attempt = 1;
+        loop {
+            match self.held_keys(conn, keys).await {
+                Ok(held) => return Ok(held),
+                Err(error) if attempt >= HELD_ATTEMPTS => return Err(error),
+                Err(error) => {
+                    tracing::debug!(%error, attempt, "asking a lock connection what it holds failed; asking again");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+
+    /// After an unlock on `conn`: a waiter's connection holding nothing more goes idle. A
+    /// connection whose unlock failed is never reused: it may still hold the lock, and
+    /// closing it (dropping the last handle) frees everything it holds.
+    pub(super) async fn after_unlock(&self, conn: Arc<LockConn<D>>, unlocked: bool) {
+        if !unlocked {
+            self.drop_primary(&conn).await;
+            return;
+        }
+        if self
+            .primary
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, &conn))
+        {
+            return;
+        }
+        let in_use = self
+            .state()
+            .held
+            .values()
+            .any(|held| Arc::ptr_eq(&held.conn, &conn));
+        if !in_use {
+            self.to_idle(conn);
+        }
+    }
+
+    pub(super) async fn is_locked(&self, name: &LockName) -> Result<bool> {
+        Ok(!self.dialect.holders(&D::key(name)).await?.is_empty())
+    }
+
+    /// Whether `owner` still holds `name` on the server.
+    pub(super) async fn alive(&self, name: &LockName, owner: &Owner) -> Result<bool> {
+        let Some((conn, key)) = self
+            .state()
+            .held
+            .get(name)
+            .filter(|held| &held.owner == owner)
+            .map(|held| (held.conn.clone(), held.key.clone()))
+        else {
+            return Ok(false);
+        };
+        match self
+            .held_keys_surely(&conn, std::slice::from_ref(&key))
+            .await
+        {
+            Ok(keys) if keys.contains(&key) => Ok(true),
+            Ok(_) => {
+                // The server let it go: nothing is left there. Its guard is told.
+                self.forget(name, &conn);
+                self.status.send_modify(|status| status.sessions_lost += 1);
+                Ok(false)
+            }
+            Err(error) => {
+                // The connection cannot say what it holds: it is given up, every lock on it
+                // with it. Forgetting them drops the last handles, which closes it, and the
+                // server frees what it held; their guards are told. Forgetting only this
+                // lock would leave it held on a connection that lives on.
+                tracing::warn!(%error, "a lock connection failed; its locks are lost");
+                self.lose_connection(&conn).await;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Gives up a lock connection: no longer the primary, every grant on it forgotten (so
+    /// that it closes), and the client told of a lost session.
+    pub(super) async fn lose_connection(&self, conn: &Arc<LockConn<D>>) {
+        conn.given_up.store(true, Ordering::SeqCst);
+        self.drop_primary(conn).await;
+        let forgotten = {
+            let mut state = self.state();
+            let before = state.held.len();
+            state.held.retain(|_, held| !Arc::ptr_eq(&held.conn, conn));
+            before - state.held.len()
+        };
+        if forgotten > 0 {
+            self.status.send_modify(|status| status.sessions_lost += 1);
+        }
+    }
+
+    /// Forgets the grant of `name` with `token` on `conn` (not a later grant made meanwhile);
+    /// true when it was still there.
+    pub(super) fn forget_grant(
+        &self,
+        name: &LockName,
+        conn: &Arc<LockConn<D>>,
+        token: u64,
+    ) -> bool {
+        let mut state = self.state();
+        let current = state
+            .held
+            .get(name)
+            .is_some_and(|held| Arc::ptr_eq(&held.conn, conn) && held.token == token);
+        if current {
+            state.held.remove(name);
+        }
+        current
+    }
+
+    /// Asks each lock connection holding some of `locks` (for their owners) which of them it
+    /// still holds: one query per connection, not one per lock. A connection that fails is
+    /// given up ([`Shared::lose_connection`]) and left out: its locks count as gone.
+    pub(super) async fn ask_connections(&self, locks: &[(LockName, Owner)]) -> Vec<ConnHolds<D>> {
+        let mut by_conn: Vec<ConnKeys<D>> = Vec::new();
+        {
+            let state = self.state();
+            for (name, owner) in locks {
+                let Some(held) = state.held.get(name).filter(|h| &h.owner == owner) else {
+                    continue;
+                };
+                match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &held.conn)) {
+                    Some((_, keys)) => keys.push(held.key.clone()),
+                    None => by_conn.push((held.conn.clone(), vec![held.key.clone()])),
+                }
+            }
+        }
+        let mut alive = Vec::new();
+        for (conn, keys) in by_conn {
+            match self.held_keys_surely(&conn, &keys).await {
+                Ok(held) => alive.push((conn, held)),
+                Err(error) => {
+                    tracing::warn!(%error, "a lock connection failed; its locks are lost");
+                    self.lose_connection(&conn).await;
+                }
+            }
+        }
+        alive
+    }
+
+    pub(super) fn forget(&self, name: &LockName, conn: &Arc<LockConn<D>>) {
+        let mut state = self.state();
+        if state
+            .held
+            .get(name)
+            .is_some_and(|held| Arc::ptr_eq(&held.conn, conn))
+        {
+            state.held.remove(name);
+        }
+    }
+}
