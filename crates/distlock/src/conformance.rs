@@ -144,6 +144,16 @@ async fn client(url: &str) -> Locks {
         .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }
 
+/// Acquires `name` with the client's renewed lease, waiting as long as it takes.
+async fn hold(locks: &Locks, name: &str) -> crate::Guard {
+    locks
+        .mutex(name)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("acquire {name:?}: {e}"))
+}
+
 /// Acquires `name` with a fixed `lease`, waiting as long as it takes.
 async fn hold_for(locks: &Locks, name: &str, lease: Duration) -> crate::Guard {
     locks

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{client, faulty_client, free_within, unique};
+use super::{client, faulty_client, free_within, hold, unique};
 use crate::fault::{Fault, FaultyBackend, Method};
 use crate::{AcquireOptions, ConnectOptions, Guard, Locks};
 
@@ -138,12 +138,7 @@ pub async fn promise4_failed_release_keeps_holds_exact(url: &str) {
 pub async fn promise4_failed_last_release_frees_the_lock(url: &str) {
     let name = unique("failed_last_release");
     let (locks, faulty) = faulty(url).await;
-    let guard = locks
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .expect("acquire");
+    let guard = hold(&locks, &name).await;
     faulty.set_times(Method::Release, Fault::Fail(Duration::ZERO), 1);
     let released = guard.release().await;
     assert_faulted(&faulty, Method::Release, "failed last release");
@@ -156,12 +151,7 @@ pub async fn promise4_failed_last_release_frees_the_lock(url: &str) {
 pub async fn promise4_lost_extend_reply_keeps_the_lock(url: &str) {
     let name = unique("lost_extend_reply");
     let (locks, faulty) = faulty(url).await;
-    let guard = locks
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .expect("acquire");
+    let guard = hold(&locks, &name).await;
     faulty.set_times(Method::Extend, Fault::LoseReply(Duration::ZERO), 1);
     let extended = guard.extend(Duration::from_secs(20)).await;
     assert_faulted(&faulty, Method::Extend, "lost extend reply");
@@ -203,12 +193,7 @@ async fn until_faulted(faulty: &FaultyBackend, method: Method, what: &str) {
 pub async fn promise4_lost_enqueue_reply_leaves_no_queue_entry(url: &str) {
     let name = unique("lost_enqueue_reply");
     let holder = client(url).await;
-    let held = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .expect("acquire");
+    let held = hold(&holder, &name).await;
     let (locks, faulty) = faulty(url).await;
     faulty.set_times(Method::Subscribe, Fault::LoseReply(Duration::ZERO), 1);
     let waiting = {
@@ -244,12 +229,7 @@ pub async fn promise4_lost_renewal_reply_keeps_the_lock(url: &str) {
     let lease = Duration::from_secs(1);
     let (locks, faulty) = faulty_client(url, ConnectOptions::new().lease(lease)).await;
     let name = unique("lost_renewal_reply");
-    let guard = locks
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .expect("acquire");
+    let guard = hold(&locks, &name).await;
     faulty.set_times(Method::Renew, Fault::LoseReply(Duration::ZERO), 1);
     until_faulted(&faulty, Method::Renew, "lost renewal reply").await;
     // Two more leases: the lock lives on by the renewals after the lost reply.
