@@ -95,6 +95,7 @@ macro_rules! conformance_suite {
             renewal_is_batched,
             dropped_guard_releases_in_background,
             extend_moves_the_lease_end,
+            set_lease_turns_a_renewed_lock_into_a_fixed_lease,
             promise2_hung_renewal_fires_lost_in_time,
             promise2_slow_failing_renewal_fires_lost_in_time,
             promise2_late_renewal_reply_does_not_revive,

@@ -28,7 +28,7 @@ pub enum Error {
         /// The lock name.
         name: String,
         /// What is known about why.
-        reason: String,
+        reason: LossReason,
     },
 
     /// The caller does not own the lock it tried to release or extend; someone else holds it.
@@ -104,6 +104,41 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+}
+
+/// Why a held lock was lost: carried by [`Error::LockLost`] and
+/// [`Guard::loss_reason`](crate::Guard::loss_reason).
+///
+/// New variants may be added in minor releases, so a `match` needs a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// A fixed lease ([`AcquireOptions::lease`](crate::AcquireOptions::lease)) ended.
+    #[error("its fixed lease ran out")]
+    LeaseRanOut,
+    /// A renewed lock's lease ran out by the client's clock before a renewal succeeded (the
+    /// server was slow, unreachable or down).
+    #[error("the lease ran out before a renewal succeeded")]
+    RenewalTooLate,
+    /// A renewal, extension or release found the lock free on the server: its lease had ended
+    /// there, or an operator force-unlocked it.
+    #[error("the server no longer held it (its lease ended there, or it was force-unlocked)")]
+    NotHeld,
+    /// A renewal, extension or release found another owner holding the lock.
+    #[error("another owner holds it now")]
+    HeldByOther,
+    /// The session or connection the lock lived in ended (ZooKeeper session, PostgreSQL or
+    /// MySQL lock connection).
+    #[error("the session the lock lived in was lost")]
+    SessionLost,
+    /// The client had given the lock up and it was then granted anew to the same owner: the
+    /// older guard's grant ended.
+    #[error("its lease ran out and the lock was granted anew")]
+    GrantedAnew,
+    /// A lock handed over by its releaser ran out before the new holder's extension reached
+    /// the server.
+    #[error("the lock handed over ran out before it was extended")]
+    HandoverRanOut,
 }
 
 impl Error {

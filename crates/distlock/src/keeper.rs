@@ -1,275 +1,366 @@
-//! The keeper: the one background task of a client. It renews the client's renewed locks in
-//! batches every `lease / 3`, and fires `lost()` on a lock whose lease ran out without a
-//! successful renewal or whose session ended.
+//! The keeper: what a client knows about the locks it holds (the registry of grants, their
+//! lease deadlines and loss signals) and the one background task that renews them and
+//! notices when one is lost ([`task`]).
 //!
-//! The keeper never waits on a request. Renewals and session checks run as tasks of their
-//! own, so a hung or slow server (or a backend that panics) cannot delay a loss past the
-//! lock's deadline: the keeper keeps watching deadlines while a request is in flight.
+//! Every acquisition registers its grant here with a [`GrantKind`] (a fresh grant, or a
+//! re-entry into holds that are still there) and a [`LeaseMode`] (renewed by the keeper, or a
+//! fixed lease that ends by itself); guards unregister on release.
 
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 
 use tokio::sync::{Notify, watch};
-use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 
-use crate::backend::{Owner, SessionStatus};
-use crate::client::{ClientInner, Grant, lease_deadline};
+use crate::backend::{Backend, Owner};
+use crate::error::LossReason;
 use crate::name::LockName;
+use crate::options::ConnectOptions;
 
-/// How many locks one renewal request carries at most.
-const RENEW_BATCH: usize = 1000;
+mod task;
 
-/// How long the check after a lost session waits for the backend's answer before it calls
-/// the locks it asked about lost.
-const CHECK_PATIENCE: Duration = Duration::from_secs(2);
+/// How a held lock's lease is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaseMode {
+    /// The keeper renews it every `lease / 3` while a guard lives.
+    Renewed,
+    /// It ends at its deadline unless extended.
+    Fixed,
+}
 
-/// Runs until the client and all its guards are gone.
-pub(crate) async fn keeper(
-    client: Weak<ClientInner>,
-    wake: Arc<Notify>,
-    mut session: Option<watch::Receiver<SessionStatus>>,
-) {
-    let mut next_renewal: Option<Instant> = None;
-    let mut renewal: Option<JoinHandle<()>> = None;
-    let mut renewal_started = Instant::now();
-    let mut check: Option<JoinHandle<()>> = None;
-    let mut check_wanted = false;
-    let mut sessions_lost = session
-        .as_mut()
-        .map_or(0, |s| s.borrow_and_update().sessions_lost);
-    loop {
-        let Some(inner) = client.upgrade() else {
-            return;
-        };
-        let interval = inner.options.lease_duration() / 3;
-        let now = Instant::now();
+/// What a grant is to the owner it went to, from the hold count the backend answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GrantKind {
+    /// A new grant: any slot left from an earlier grant to this owner is stale.
+    Fresh,
+    /// Another hold on a lock the owner still holds; `holds` counts them all.
+    Reentered { holds: u32 },
+}
 
-        expire_overdue(&inner, now);
-        let lost = session.as_ref().map_or(0, |s| s.borrow().sessions_lost);
-        if lost > sessions_lost {
-            sessions_lost = lost;
-            check_wanted = true;
-        }
-        if check_wanted && check.is_none() {
-            // A session lost while a check runs is checked again once it ends.
-            check_wanted = false;
-            check = Some(tokio::spawn(check_all(inner.clone())));
-        }
-        if renewal.is_none() && next_renewal.is_some_and(|at| at <= now) {
-            next_renewal = None;
-            renewal_started = now;
-            renewal = Some(tokio::spawn(renew_all(inner.clone())));
-        }
-
-        // Sleep until the next renewal or the earliest lease deadline, whichever is first,
-        // and publish that time so that `register` wakes the keeper only when a new lock needs
-        // it sooner. Computed and published under one lock: a registration either is seen
-        // here or sees the published time. While a renewal is in flight the next one is
-        // planned when it ends.
-        let wake_at = {
-            let mut registry = inner.registry();
-            let mut renewing = false;
-            let mut earliest_deadline: Option<Instant> = None;
-            for slot in registry.slots.values() {
-                if slot.grant.lost_reason().is_none() {
-                    renewing |= slot.renew;
-                    earliest_deadline =
-                        Some(earliest_deadline.map_or(slot.deadline, |e| e.min(slot.deadline)));
-                }
-            }
-            next_renewal = match (renewing && renewal.is_none(), next_renewal) {
-                (false, _) => None,
-                (true, None) => Some(Instant::now() + interval),
-                (true, planned) => planned,
-            };
-            let wake_at = [next_renewal, earliest_deadline]
-                .into_iter()
-                .flatten()
-                .min();
-            registry.keeper_wakes_at = wake_at;
-            wake_at
-        };
-        // A registration after the lock above stores a permit that completes this at once.
-        let notified = wake.notified();
-        drop(inner);
-        let session_changed = async {
-            // A closed channel (the backend is gone) has nothing more to say.
-            let changed = match session.as_mut() {
-                Some(status) => status.changed().await.is_ok(),
-                None => false,
-            };
-            if !changed {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            _ = crate::wake::sleep_until_or_never(wake_at) => {}
-            _ = notified => {}
-            _ = session_changed => {}
-            ended = join_or_never(&mut renewal) => {
-                renewal = None;
-                // Keep the cadence from the start of the renewal that ended: a slow or
-                // failed one is followed by the next at once rather than an interval later.
-                next_renewal = Some(renewal_started + interval);
-                report_task_end(ended, "renewal");
-            }
-            ended = join_or_never(&mut check) => {
-                check = None;
-                report_task_end(ended, "the check after a lost session");
-            }
+impl GrantKind {
+    /// The kind of a grant whose owner now has `holds` holds.
+    pub(crate) fn from_holds(holds: u32) -> Self {
+        if holds <= 1 {
+            GrantKind::Fresh
+        } else {
+            GrantKind::Reentered { holds }
         }
     }
 }
 
-/// Waits for the task in `task`, or forever when there is none.
-async fn join_or_never(task: &mut Option<JoinHandle<()>>) -> Result<(), JoinError> {
-    match task {
-        Some(handle) => handle.await,
-        None => std::future::pending().await,
-    }
+/// Why a lock was lost, shared by every guard of one grant.
+pub(crate) struct Grant {
+    fencing_token: u64,
+    lost: watch::Sender<Option<LossReason>>,
 }
 
-/// A panic in a backend's request ends that request, never the keeper: its locks run out at
-/// their deadlines and are reported lost then, unless a later renewal succeeds.
-fn report_task_end(ended: Result<(), JoinError>, what: &str) {
-    if let Err(error) = ended {
-        tracing::error!(%error, "{what} ended abnormally; the keeper carries on");
+impl Grant {
+    fn new(fencing_token: u64) -> Arc<Self> {
+        Arc::new(Grant {
+            fencing_token,
+            lost: watch::channel(None).0,
+        })
     }
-}
 
-/// After the backend lost a session: asks which registered locks are still held and marks
-/// the others lost, renewed or not. A check that fails or does not answer in time marks
-/// every lock it asked about lost: after a lost session that is the likely truth, and the
-/// safe answer.
-async fn check_all(inner: Arc<ClientInner>) {
-    let batch: Vec<((LockName, Owner), Arc<Grant>)> = {
-        let registry = inner.registry();
-        registry
-            .slots
-            .iter()
-            .filter(|(_, slot)| slot.grant.lost_reason().is_none())
-            .map(|(key, slot)| (key.clone(), slot.grant.clone()))
-            .collect()
-    };
-    let patience = CHECK_PATIENCE.min(inner.options.lease_duration() / 3);
-    for chunk in batch.chunks(RENEW_BATCH) {
-        let locks: Vec<(LockName, Owner)> = chunk.iter().map(|(key, _)| key.clone()).collect();
-        let answer = tokio::time::timeout(patience, inner.backend.still_held(&locks)).await;
-        let held = match answer {
-            Ok(Ok(held)) if held.len() == locks.len() => held,
-            Ok(Ok(held)) => {
-                tracing::error!(
-                    asked = locks.len(),
-                    answered = held.len(),
-                    "the backend answered a check for a different number of locks"
-                );
-                vec![false; locks.len()]
-            }
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "checking locks after a lost session failed");
-                vec![false; locks.len()]
-            }
-            Err(_elapsed) => {
-                tracing::warn!("checking locks after a lost session timed out");
-                vec![false; locks.len()]
-            }
-        };
-        for ((key, grant), still_held) in chunk.iter().zip(held) {
-            if !still_held {
-                inner.lost_if_current(
-                    &key.0,
-                    &key.1,
-                    grant,
-                    "the session the lock lived in was lost",
-                );
-            }
-        }
-    }
-}
-
-fn expire_overdue(inner: &ClientInner, now: Instant) {
-    let registry = inner.registry();
-    for ((name, _), slot) in registry.slots.iter() {
-        if slot.deadline <= now && slot.grant.lost_reason().is_none() {
-            let reason = if slot.renew {
-                "the lease ran out before a renewal succeeded"
+    pub(crate) fn mark_lost(&self, name: &LockName, reason: LossReason) {
+        let first = self.lost.send_if_modified(|state| {
+            if state.is_none() {
+                *state = Some(reason);
+                true
             } else {
-                "the lease ran out"
-            };
-            slot.grant.mark_lost(name, reason);
+                false
+            }
+        });
+        if first {
+            tracing::warn!(lock = %name, fencing_token = self.fencing_token, %reason, "lock lost");
         }
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<LossReason> {
+        *self.lost.borrow()
+    }
+
+    pub(crate) fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Option<LossReason>> {
+        self.lost.subscribe()
     }
 }
 
-async fn renew_all(inner: Arc<ClientInner>) {
-    let lease = inner.options.lease_duration();
-    let batch: Vec<((LockName, Owner), Arc<Grant>, Instant)> = {
-        let registry = inner.registry();
-        registry
-            .slots
+/// The locks this client holds, and when the keeper plans to wake next.
+#[derive(Default)]
+pub(crate) struct Registry {
+    pub(crate) slots: HashMap<(LockName, Owner), Slot>,
+    /// `None` while the keeper sleeps with nothing to do (or has not started).
+    pub(crate) keeper_wakes_at: Option<Instant>,
+}
+
+/// One held lock of this client (all reentrant guards of one grant share it).
+pub(crate) struct Slot {
+    pub(crate) grant: Arc<Grant>,
+    guards: u32,
+    pub(crate) mode: LeaseMode,
+    /// When the lease ends by the client's own clock, counted from the start of the request
+    /// that last set it.
+    pub(crate) deadline: Instant,
+    /// Guards of earlier grants to this owner that the client had given up as lost while the
+    /// server still held them (a re-entry found their holds): their releases must still reach
+    /// the server.
+    carried: Vec<(Arc<Grant>, u32)>,
+}
+
+impl Slot {
+    /// The holds the server should have: this grant's guards and the carried ones.
+    fn holds(&self) -> u32 {
+        self.carried
             .iter()
-            .filter(|(_, slot)| slot.renew && slot.grant.lost_reason().is_none())
-            .map(|(key, slot)| (key.clone(), slot.grant.clone(), slot.deadline))
-            .collect()
-    };
-    // Locks whose renewal fails stay ours until their deadline; the keeper marks them lost
-    // then unless a later renewal succeeds first.
-    for chunk in batch.chunks(RENEW_BATCH) {
-        let locks: Vec<(LockName, Owner)> = chunk.iter().map(|(key, _, _)| key.clone()).collect();
-        let start = Instant::now();
-        inner
-            .renewal_calls
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // The keeper watches deadlines meanwhile; a slow reply that lands before the batch's
-        // earliest deadline still counts, so wait for it that long (at least one renewal
-        // interval), then leave the locks to the next renewal.
-        let earliest = chunk.iter().map(|(_, _, deadline)| *deadline).min();
-        let patience = earliest
-            .map_or(lease / 3, |deadline| {
-                deadline.saturating_duration_since(start)
-            })
-            .max(lease / 3);
-        let reply = tokio::time::timeout(patience, inner.backend.renew(&locks, lease)).await;
-        match reply {
-            Ok(Ok(renewed)) if renewed.len() == locks.len() => {
-                let now = Instant::now();
-                let mut registry = inner.registry();
-                for ((key, grant, _), still_held) in chunk.iter().zip(renewed) {
-                    // A lock released while this request was in flight is no longer
-                    // registered: its "not held" is the release, not a loss.
-                    let Some(slot) = registry
-                        .slots
-                        .get_mut(key)
-                        .filter(|slot| Arc::ptr_eq(&slot.grant, grant))
-                    else {
-                        continue;
-                    };
-                    if !still_held {
-                        grant.mark_lost(&key.0, "a renewal found the lock no longer held");
-                    } else if slot.deadline <= now {
-                        // The client's deadline passed while the reply was on its way: the
-                        // loss stands, whatever the reply says.
-                        grant.mark_lost(&key.0, "the lease ran out before a renewal succeeded");
-                    } else if slot.renew && grant.lost_reason().is_none() {
-                        slot.deadline = slot.deadline.max(lease_deadline(start, lease));
-                    }
-                }
-                tracing::debug!(locks = locks.len(), "renewed");
-            }
-            Ok(Ok(renewed)) => {
-                tracing::error!(
-                    asked = locks.len(),
-                    answered = renewed.len(),
-                    "the backend answered a renewal for a different number of locks"
-                );
-            }
-            Ok(Err(error)) => {
-                tracing::warn!(locks = locks.len(), %error, "renewal failed");
-            }
-            Err(_elapsed) => {
-                tracing::warn!(locks = locks.len(), "renewal timed out");
-            }
+            .fold(self.guards, |sum, (_, guards)| sum.saturating_add(*guards))
+    }
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) client_id: String,
+    next_holder: AtomicU64,
+    pub(crate) options: ConnectOptions,
+    registry: StdMutex<Registry>,
+    keeper_wake: Arc<Notify>,
+    keeper_started: AtomicBool,
+    pub(crate) renewal_calls: AtomicU64,
+    requests: StdMutex<crate::settle::Requests>,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        // Lets the keeper task see that the client is gone and end.
+        self.keeper_wake.notify_one();
+    }
+}
+
+impl ClientInner {
+    pub(crate) fn new(backend: Arc<dyn Backend>, options: ConnectOptions) -> Self {
+        ClientInner {
+            backend,
+            client_id: uuid::Uuid::new_v4().simple().to_string(),
+            next_holder: AtomicU64::new(1),
+            options,
+            registry: StdMutex::new(Registry::default()),
+            keeper_wake: Arc::new(Notify::new()),
+            keeper_started: AtomicBool::new(false),
+            renewal_calls: AtomicU64::new(0),
+            requests: StdMutex::default(),
         }
+    }
+
+    pub(crate) fn new_owner(&self) -> Owner {
+        let holder = self.next_holder.fetch_add(1, Ordering::Relaxed);
+        Owner::new(&self.client_id, holder)
+    }
+
+    pub(crate) fn registry(&self) -> std::sync::MutexGuard<'_, Registry> {
+        // A panic while holding this lock cannot leave the map inconsistent (every update is
+        // a single insert or field write), so a poisoned lock is still usable.
+        self.registry
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn requests(&self) -> std::sync::MutexGuard<'_, crate::settle::Requests> {
+        // Every update is a single field write: a poisoned lock is still consistent.
+        self.requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How many guards of `owner` on `name` this client has registered: the holds the server
+    /// should have for that owner.
+    pub(crate) fn registered_guards(&self, name: &LockName, owner: &Owner) -> u32 {
+        self.registry()
+            .slots
+            .get(&(name.clone(), owner.clone()))
+            .map_or(0, Slot::holds)
+    }
+
+    /// Records a new guard of a grant with `fencing_token` whose lease ends at `deadline`.
+    /// A fresh grant makes any slot left from an earlier grant to this owner stale (it is
+    /// marked lost); a re-entry adds a guard to holds that are still there.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        kind: GrantKind,
+        mode: LeaseMode,
+        deadline: Instant,
+    ) -> Arc<Grant> {
+        let (grant, wake_keeper) = {
+            let mut registry = self.registry();
+            let key = (name.clone(), owner.clone());
+            // The keeper must wake by the lock's deadline, and by the first renewal of a
+            // renewed lock (a handed-over grant's deadline comes first: its lease is short);
+            // it need not be disturbed when it already plans to.
+            let needed_by = if mode == LeaseMode::Renewed {
+                deadline.min(Instant::now() + self.options.lease_duration() / 3)
+            } else {
+                deadline
+            };
+            let wake_keeper = registry.keeper_wakes_at.is_none_or(|at| at > needed_by);
+            let grant = match registry.slots.get_mut(&key) {
+                Some(slot) if kind != GrantKind::Fresh && slot.grant.lost_reason().is_none() => {
+                    slot.guards += 1;
+                    if mode == LeaseMode::Renewed {
+                        slot.mode = LeaseMode::Renewed;
+                    }
+                    slot.deadline = slot.deadline.max(deadline);
+                    slot.grant.clone()
+                }
+                previous => {
+                    let mut carried = Vec::new();
+                    if let Some(slot) = previous {
+                        slot.grant.mark_lost(name, LossReason::GrantedAnew);
+                        // A re-entry (not a fresh grant) found old holds still there: their
+                        // guards' releases must still reach the server, but no more of them
+                        // than the server counts besides this grant (some old holds may
+                        // have ended, and their releases must not take newer ones).
+                        if let GrantKind::Reentered { holds } = kind {
+                            carried = std::mem::take(&mut slot.carried);
+                            carried.push((slot.grant.clone(), slot.guards));
+                            let mut room = holds - 1;
+                            for (_, guards) in &mut carried {
+                                *guards = (*guards).min(room);
+                                room -= *guards;
+                            }
+                            carried.retain(|(_, guards)| *guards > 0);
+                        }
+                    }
+                    let grant = Grant::new(fencing_token);
+                    registry.slots.insert(
+                        key,
+                        Slot {
+                            grant: grant.clone(),
+                            guards: 1,
+                            mode,
+                            deadline,
+                            carried,
+                        },
+                    );
+                    grant
+                }
+            };
+            (grant, wake_keeper)
+        };
+        self.guards_changed(name, owner);
+        if wake_keeper {
+            self.start_keeper();
+            self.keeper_wake.notify_one();
+        }
+        grant
+    }
+
+    /// Forgets one guard of `grant`. Returns false when the grant was superseded by a fresh
+    /// grant to the same owner (the guard's hold no longer exists in the backend); true, and
+    /// the release is to be sent, for a carried grant whose hold a re-entry found.
+    pub(crate) fn unregister(&self, name: &LockName, owner: &Owner, grant: &Arc<Grant>) -> bool {
+        let mut registry = self.registry();
+        let key = (name.clone(), owner.clone());
+        let unregistered = match registry.slots.get_mut(&key) {
+            Some(slot) if Arc::ptr_eq(&slot.grant, grant) => {
+                slot.guards = slot.guards.saturating_sub(1);
+                true
+            }
+            Some(slot) => match slot.carried.iter().position(|(g, _)| Arc::ptr_eq(g, grant)) {
+                Some(at) => {
+                    slot.carried[at].1 = slot.carried[at].1.saturating_sub(1);
+                    if slot.carried[at].1 == 0 {
+                        slot.carried.swap_remove(at);
+                    }
+                    true
+                }
+                None => false,
+            },
+            None => false,
+        };
+        if registry
+            .slots
+            .get(&key)
+            .is_some_and(|slot| slot.holds() == 0)
+        {
+            registry.slots.remove(&key);
+        }
+        drop(registry);
+        if unregistered {
+            self.guards_changed(name, owner);
+        }
+        unregistered
+    }
+
+    /// Marks `grant` lost if it is still registered: a reply to a request sent before the
+    /// guard's release began, not an answer about a lock that is released meanwhile.
+    pub(crate) fn lost_if_current(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+        reason: LossReason,
+    ) {
+        let registry = self.registry();
+        if registry
+            .slots
+            .get(&(name.clone(), owner.clone()))
+            .is_some_and(|slot| Arc::ptr_eq(&slot.grant, grant))
+        {
+            grant.mark_lost(name, reason);
+        }
+    }
+
+    /// After a successful extension by `grant`: its lease now ends at `deadline`. `Fixed`
+    /// stops its renewal for good; `Renewed` leaves the mode as it is (a handover's
+    /// confirmation must not undo a fixed lease set meanwhile).
+    pub(crate) fn extended(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+        deadline: Instant,
+        mode: LeaseMode,
+    ) {
+        let mut registry = self.registry();
+        if let Some(slot) = registry.slots.get_mut(&(name.clone(), owner.clone()))
+            && Arc::ptr_eq(&slot.grant, grant)
+        {
+            if mode == LeaseMode::Fixed {
+                slot.mode = LeaseMode::Fixed;
+            }
+            slot.deadline = deadline;
+        }
+        drop(registry);
+        self.keeper_wake.notify_one();
+    }
+
+    /// The lease mode of `grant`'s slot, while it is registered.
+    pub(crate) fn lease_mode(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+    ) -> Option<LeaseMode> {
+        self.registry()
+            .slots
+            .get(&(name.clone(), owner.clone()))
+            .filter(|slot| Arc::ptr_eq(&slot.grant, grant))
+            .map(|slot| slot.mode)
+    }
+
+    fn start_keeper(self: &Arc<Self>) {
+        if self.keeper_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(self);
+        let wake = self.keeper_wake.clone();
+        let session = self.backend.session();
+        tokio::spawn(task::keeper(weak, wake, session));
     }
 }

@@ -84,6 +84,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod acquire;
 pub mod backend;
 mod client;
 #[cfg(feature = "conformance")]
@@ -98,6 +99,7 @@ mod mutex;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 mod name;
+mod options;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -116,10 +118,11 @@ pub mod zookeeper;
 use std::sync::Arc;
 
 pub use crate::backend::{SessionState, SessionStatus};
-pub use crate::client::{ConnectOptions, DEFAULT_LEASE, Locks, MAX_DURATION, MIN_LEASE};
-pub use crate::error::{BoxError, Error, Result};
-pub use crate::mutex::{AcquireOptions, Guard, Holder, Mutex};
+pub use crate::client::Locks;
+pub use crate::error::{BoxError, Error, LossReason, Result};
+pub use crate::mutex::{Guard, Holder, Mutex};
 pub use crate::name::{LockName, MAX_NAME_BYTES};
+pub use crate::options::{AcquireOptions, ConnectOptions, DEFAULT_LEASE, MAX_DURATION, MIN_LEASE};
 pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};
 
 /// Connects to the backend a URL names, with default options. See the crate docs for the

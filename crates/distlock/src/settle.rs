@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Owner, Released};
-use crate::client::ClientInner;
 use crate::error::Result;
+use crate::keeper::ClientInner;
 use crate::name::LockName;
 
 /// How long settling may take before it gives up (the caller waits for it).

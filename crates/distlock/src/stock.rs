@@ -43,7 +43,8 @@ use async_trait::async_trait;
 
 use crate::client::Locks;
 use crate::error::{Error, Result};
-use crate::mutex::{AcquireOptions, Mutex};
+use crate::mutex::Mutex;
+use crate::options::AcquireOptions;
 
 mod commit;
 #[cfg(feature = "redis")]

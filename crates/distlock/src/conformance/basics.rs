@@ -2,6 +2,7 @@
 //! reentrancy, ownership, fencing, loss, queries, names and inputs, cancellation, fairness.
 
 use super::*;
+use crate::LossReason;
 
 /// 16 tasks on two clients each add 1 to a counter 10 times with a non-atomic
 /// read-sleep-write under the lock: no update may be lost and no two holders may overlap.
@@ -241,8 +242,17 @@ pub async fn lost_fires_on_expiry(url: &str) {
     let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
         .await
         .expect("lost() did not fire after the lease");
-    assert!(lost.is_lock_lost());
-    assert!(guard.is_lost());
+    assert!(
+        matches!(
+            lost,
+            crate::Error::LockLost {
+                reason: LossReason::LeaseRanOut,
+                ..
+            }
+        ),
+        "expected the fixed lease's end as the reason, got {lost}"
+    );
+    assert_eq!(guard.loss_reason(), Some(LossReason::LeaseRanOut));
     let err = guard.release().await.expect_err("released a lost lock");
     assert!(err.is_lock_lost(), "expected lock-lost, got {err}");
 }
@@ -257,7 +267,16 @@ pub async fn lost_fires_on_force_unlock(url: &str) {
     let lost = tokio::time::timeout(SHORT_LEASE * 5, guard.lost())
         .await
         .expect("lost() did not fire after force-unlock");
-    assert!(lost.is_lock_lost());
+    assert!(
+        matches!(
+            lost,
+            crate::Error::LockLost {
+                reason: LossReason::NotHeld | LossReason::SessionLost,
+                ..
+            }
+        ),
+        "expected the server's answer or the session's end as the reason, got {lost}"
+    );
     assert!(!guard.is_held().await.unwrap());
 }
 
@@ -512,4 +531,52 @@ pub async fn extend_moves_the_lease_end(url: &str) {
         freed.is_ok(),
         "not freed after the shortened lease: {freed:?}"
     );
+}
+
+/// `extend` refuses a renewed lock (it has no lease end to move) and leaves it renewed;
+/// `set_lease` turns it into a fixed lease that frees the lock at its end, and `lost()` names
+/// that end as the reason.
+pub async fn set_lease_turns_a_renewed_lock_into_a_fixed_lease(url: &str) {
+    let name = unique("set_lease");
+    let locks = short_lease_client(url).await;
+    let guard = hold(&locks, &name).await;
+    let err = guard
+        .extend(Duration::from_secs(5))
+        .await
+        .expect_err("extended a renewed lock");
+    assert!(err.is_invalid_input(), "expected invalid input, got {err}");
+    // Still renewed: held well past its first lease.
+    tokio::time::sleep(SHORT_LEASE * 2).await;
+    assert!(
+        !guard.is_lost(),
+        "the refused extension stopped the renewal"
+    );
+    assert!(
+        guard.is_held().await.unwrap(),
+        "the refused extension freed the lock"
+    );
+    guard
+        .set_lease(Duration::from_millis(400))
+        .await
+        .expect("set_lease");
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() did not fire at the end of the fixed lease");
+    assert!(
+        matches!(
+            lost,
+            crate::Error::LockLost {
+                reason: LossReason::LeaseRanOut,
+                ..
+            }
+        ),
+        "expected the fixed lease's end as the reason, got {lost}"
+    );
+    let other = client(url).await;
+    acquire_within(&other, &name, Duration::from_secs(3))
+        .await
+        .expect("not freed after the fixed lease set on a renewed lock")
+        .release()
+        .await
+        .unwrap();
 }

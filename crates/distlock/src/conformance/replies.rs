@@ -153,7 +153,7 @@ pub async fn promise4_lost_extend_reply_keeps_the_lock(url: &str) {
     let (locks, faulty) = faulty(url).await;
     let guard = hold(&locks, &name).await;
     faulty.set_times(Method::Extend, Fault::LoseReply(Duration::ZERO), 1);
-    let extended = guard.extend(Duration::from_secs(20)).await;
+    let extended = guard.set_lease(Duration::from_secs(20)).await;
     assert_faulted(&faulty, Method::Extend, "lost extend reply");
     assert!(extended.is_err(), "the extension reported success");
     assert!(!guard.is_lost(), "the guard was called lost");

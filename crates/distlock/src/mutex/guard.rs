@@ -1,6 +1,21 @@
 //! [`Guard`]: proof of holding a lock, its loss signal, and its release.
 
-use super::*;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::Mutex;
+use crate::acquire::release_one;
+use crate::backend::{Extended, Owner, Released};
+use crate::error::{Error, LossReason, Result};
+use crate::finish::FinishOnDrop;
+use crate::keeper::{ClientInner, Grant, LeaseMode};
+use crate::name::LockName;
+use crate::options::{lease_deadline, validate_lease};
 
 /// Proof of holding a lock. Release it with [`Guard::release`] to learn whether the release
 /// worked; dropping it releases in the background.
@@ -12,16 +27,15 @@ use super::*;
 /// Prefer `guard.release().await`.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct Guard {
-    pub(super) state: Option<GuardState>,
+    state: Option<GuardState>,
 }
 
-pub(super) struct GuardState {
-    pub(super) client: Arc<ClientInner>,
-    pub(super) name: LockName,
-    pub(super) owner: Owner,
-    pub(super) fencing_token: u64,
-    pub(super) grant: Arc<Grant>,
-    pub(super) lost: watch::Receiver<Option<Arc<str>>>,
+struct GuardState {
+    client: Arc<ClientInner>,
+    name: LockName,
+    owner: Owner,
+    grant: Arc<Grant>,
+    lost: watch::Receiver<Option<LossReason>>,
 }
 
 impl fmt::Debug for Guard {
@@ -31,7 +45,7 @@ impl fmt::Debug for Guard {
                 .debug_struct("Guard")
                 .field("name", &state.name)
                 .field("owner", &state.owner)
-                .field("fencing_token", &state.fencing_token)
+                .field("fencing_token", &state.grant.fencing_token())
                 .finish(),
             None => f.write_str("Guard(released)"),
         }
@@ -39,6 +53,30 @@ impl fmt::Debug for Guard {
 }
 
 impl Guard {
+    /// The guard of a registered grant.
+    pub(crate) fn new(
+        client: Arc<ClientInner>,
+        name: LockName,
+        owner: Owner,
+        grant: Arc<Grant>,
+    ) -> Self {
+        Guard {
+            state: Some(GuardState {
+                client,
+                name,
+                owner,
+                lost: grant.subscribe(),
+                grant,
+            }),
+        }
+    }
+
+    /// What the guard holds, for the requests that finish a grant in the background.
+    pub(crate) fn parts(&self) -> (&Arc<ClientInner>, &LockName, &Owner, &Arc<Grant>) {
+        let state = self.state();
+        (&state.client, &state.name, &state.owner, &state.grant)
+    }
+
     fn state(&self) -> &GuardState {
         // `state` is only taken by `release(self)` and `Drop`, after which no method can be
         // called.
@@ -75,7 +113,7 @@ impl Guard {
         .try_acquire()
         .await?;
         match reentry {
-            Some(guard) if guard.fencing_token() == state.fencing_token => Ok(guard),
+            Some(guard) if guard.fencing_token() == state.grant.fencing_token() => Ok(guard),
             Some(guard) => {
                 // A fresh grant: ours was lost before the re-entry. Keep nothing.
                 guard.release().await?;
@@ -92,7 +130,7 @@ impl Guard {
     /// protected resource, and let the resource refuse a write whose token is older than the
     /// newest it has seen: that is what makes a holder whose lease ran out harmless.
     pub fn fencing_token(&self) -> u64 {
-        self.state().fencing_token
+        self.state().grant.fencing_token()
     }
 
     /// Resolves when the lock is known to be lost: a renewal was refused, the lease ran out
@@ -115,15 +153,17 @@ impl Guard {
     pub async fn lost(&self) -> Error {
         let state = self.state();
         let mut lost = state.lost.clone();
-        let reason = match lost.wait_for(Option::is_some).await {
-            Ok(reason) => reason.clone(),
-            // The sender lives in the grant, which this guard keeps alive.
-            Err(_) => None,
-        };
-        Error::LockLost {
-            name: state.name.to_string(),
-            reason: reason.map_or_else(|| "unknown".to_owned(), |r| r.to_string()),
+        // The sender lives in the grant, which this guard keeps alive: the wait ends only
+        // with a reason.
+        if let Err(closed) = lost.wait_for(Option::is_some).await {
+            tracing::error!(lock = %state.name, %closed, "the loss signal closed");
         }
+        state.lost_error()
+    }
+
+    /// Why the lock was lost, once the client knows it is. Cheap: asks no server.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        *self.state().lost.borrow()
     }
 
     /// True once the client knows the lock is lost. Cheap: asks no server.
@@ -148,18 +188,54 @@ impl Guard {
             > 0)
     }
 
-    /// Sets the lock's lease to end `lease` from now. From then on the lock is held with that
-    /// fixed lease and no longer renewed automatically.
+    /// Moves the end of a fixed lease ([`AcquireOptions::lease`](crate::AcquireOptions::lease))
+    /// to `lease` from now: later or sooner. The lock stays on a fixed lease.
+    ///
+    /// A renewed lock has no end to move (the keeper renews it while the guard lives), so
+    /// `extend` refuses it; [`Guard::set_lease`] turns it into a fixed lease.
     ///
     /// # Notable errors
+    /// - [`Error::InvalidInput`] for a lease out of range, or when the lock is renewed.
     /// - [`Error::NotOwner`] when another owner holds the lock now; nothing changed.
     /// - [`Error::LockLost`] when nobody holds it any more.
-    /// - [`Error::InvalidInput`] for a lease out of range.
     ///
     /// # Cancel safety
-    /// Dropping the future may or may not have extended the lease.
+    /// Dropping the future may or may not have moved the lease end.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         validate_lease(lease)?;
+        let state = self.state();
+        if state
+            .client
+            .lease_mode(&state.name, &state.owner, &state.grant)
+            == Some(LeaseMode::Renewed)
+        {
+            return Err(Error::invalid(
+                "extension",
+                format!(
+                    "lock {:?} is renewed automatically while its guard lives, so it has no lease \
+                     end to move; use Guard::set_lease to hold it with a fixed lease instead",
+                    state.name.as_str()
+                ),
+            ));
+        }
+        self.change_lease(lease).await
+    }
+
+    /// Holds the lock with a fixed lease ending `lease` from now, renewed or not before: from
+    /// then on it is no longer renewed, and it frees itself when that lease ends (the guard's
+    /// [`Guard::lost`] fires then) unless [`Guard::extend`] moves the end.
+    ///
+    /// # Notable errors
+    /// As [`Guard::extend`], except that a renewed lock is accepted.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may or may not have set the lease; the lock is then still renewed.
+    pub async fn set_lease(&self, lease: Duration) -> Result<()> {
+        validate_lease(lease)?;
+        self.change_lease(lease).await
+    }
+
+    async fn change_lease(&self, lease: Duration) -> Result<()> {
         let state = self.state();
         let start = Instant::now();
         let outcome = state
@@ -174,21 +250,17 @@ impl Guard {
                     &state.owner,
                     &state.grant,
                     lease_deadline(start, lease),
-                    false,
+                    LeaseMode::Fixed,
                 );
-                tracing::debug!(lock = %state.name, ?lease, "extended");
+                tracing::debug!(lock = %state.name, ?lease, "fixed lease set");
                 Ok(())
             }
             Extended::NotHeld => {
-                state
-                    .grant
-                    .mark_lost(&state.name, "an extension found the lock free");
+                state.grant.mark_lost(&state.name, LossReason::NotHeld);
                 Err(state.lost_error())
             }
             Extended::HeldByOther => {
-                state
-                    .grant
-                    .mark_lost(&state.name, "an extension found another owner holding it");
+                state.grant.mark_lost(&state.name, LossReason::HeldByOther);
                 Err(Error::NotOwner {
                     name: state.name.to_string(),
                 })
@@ -231,19 +303,15 @@ impl Guard {
                 Err(state.lost_error())
             }
             Released::Released { remaining_holds } => {
-                tracing::debug!(lock = %state.name, fencing_token = state.fencing_token, remaining_holds, "released");
+                tracing::debug!(lock = %state.name, fencing_token = state.grant.fencing_token(), remaining_holds, "released");
                 Ok(())
             }
             Released::NotHeld => {
-                state
-                    .grant
-                    .mark_lost(&state.name, "the lock was free at release");
+                state.grant.mark_lost(&state.name, LossReason::NotHeld);
                 Err(state.lost_error())
             }
             Released::HeldByOther => {
-                state
-                    .grant
-                    .mark_lost(&state.name, "another owner held the lock at release");
+                state.grant.mark_lost(&state.name, LossReason::HeldByOther);
                 Err(Error::NotOwner {
                     name: state.name.to_string(),
                 })
@@ -256,10 +324,7 @@ impl GuardState {
     fn lost_error(&self) -> Error {
         Error::LockLost {
             name: self.name.to_string(),
-            reason: self.grant.lost_reason().map_or_else(
-                || "the lock was no longer held".to_owned(),
-                |r| r.to_string(),
-            ),
+            reason: self.grant.lost_reason().unwrap_or(LossReason::NotHeld),
         }
     }
 
