@@ -16,6 +16,7 @@
 
 use std::any::Any;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
@@ -23,6 +24,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::backend::Backend;
 use crate::{AcquireOptions, ConnectOptions, Locks, MAX_NAME_BYTES};
 
 mod basics;
@@ -30,6 +32,7 @@ mod cancel;
 mod nested;
 mod replies;
 mod run;
+pub mod servers;
 mod stalls;
 mod wire;
 pub use basics::*;
@@ -40,33 +43,111 @@ pub use run::*;
 pub use stalls::*;
 pub use wire::*;
 
-/// A backend under test: its URL, and whatever must live as long as the test (a temporary
-/// directory, a server handle).
+/// Opens a fresh backend for a [`Target`].
+type Open =
+    dyn Fn() -> Pin<Box<dyn Future<Output = crate::Result<Arc<dyn Backend>>> + Send>> + Send + Sync;
+
+/// A backend under test: how to open it (a URL, or a factory for a backend built outside this
+/// crate), and whatever must live as long as the test (a temporary directory, a server
+/// handle). Cheap to clone.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use distlock::conformance::Target;
+///
+/// // A backend of your own, run through the same cases as the built-in ones:
+/// let target = Target::from_factory("my-backend", || async {
+///     let backend: Arc<dyn distlock::backend::Backend> =
+///         Arc::new(distlock::memory::MemoryBackend::named("suite"));
+///     Ok(backend)
+/// });
+/// # let _ = target;
+/// ```
+#[derive(Clone)]
 pub struct Target {
-    url: String,
-    _keep: Option<Box<dyn Any + Send>>,
+    label: String,
+    url: Option<String>,
+    open: Arc<Open>,
+    _keep: Option<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Target {
-    /// A backend reachable at `url`.
+    /// A backend reachable at `url`, opened with [`open_backend`](crate::open_backend).
     pub fn new(url: impl Into<String>) -> Self {
+        let url: String = url.into();
+        let opened = url.clone();
         Target {
-            url: url.into(),
+            label: url.clone(),
+            url: Some(url),
+            open: Arc::new(move || {
+                let url = opened.clone();
+                Box::pin(async move { crate::open_backend(&url).await })
+            }),
             _keep: None,
         }
     }
 
     /// A backend at `url` that needs `resource` alive during the test.
-    pub fn with_resource(url: impl Into<String>, resource: impl Any + Send) -> Self {
+    pub fn with_resource(url: impl Into<String>, resource: impl Any + Send + Sync) -> Self {
         Target {
-            url: url.into(),
-            _keep: Some(Box::new(resource)),
+            _keep: Some(Arc::new(resource)),
+            ..Target::new(url)
         }
     }
 
-    /// The backend's URL.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// A backend that `open` makes, named `label` in failure messages: for backends built
+    /// outside this crate. Every client a case makes calls `open` once. The wire fault cases
+    /// ([`wire_fault_suite!`](crate::wire_fault_suite)) need a URL and do not apply.
+    pub fn from_factory<F, Fut>(label: impl Into<String>, open: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = crate::Result<Arc<dyn Backend>>> + Send + 'static,
+    {
+        Target {
+            label: label.into(),
+            url: None,
+            open: Arc::new(move || Box::pin(open())),
+            _keep: None,
+        }
+    }
+
+    /// The backend's URL, when the target was made from one.
+    pub fn url(&self) -> Option<&str> {
+        self.url.as_deref()
+    }
+
+    /// What failure messages call the backend: its URL or the factory's label.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Opens a fresh backend.
+    ///
+    /// # Errors
+    /// Whatever the URL's backend or the factory reports.
+    pub async fn open(&self) -> crate::Result<Arc<dyn Backend>> {
+        (self.open)().await
+    }
+
+    /// A client with `options` over a fresh backend; panics (naming the target) when the
+    /// backend cannot be opened, as a failed test should.
+    pub async fn client_with(&self, options: ConnectOptions) -> Locks {
+        let backend = self
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open {}: {e}", self.label));
+        Locks::with_backend(backend, options).expect("client options")
+    }
+
+    /// The URL, for the cases that must rewrite it (the wire fault cases).
+    fn url_for(&self, case: &str) -> &str {
+        self.url.as_deref().unwrap_or_else(|| {
+            panic!(
+                "{case} reaches its servers through proxies and needs a Target made from a URL; \
+                 {} was made by a factory",
+                self.label
+            )
+        })
     }
 }
 
@@ -125,7 +206,7 @@ macro_rules! conformance_suite {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
                     let target: $crate::conformance::Target = $target;
-                    $crate::conformance::$case(target.url()).await;
+                    $crate::conformance::$case(&target).await;
                 }
             )*
         }
@@ -139,10 +220,8 @@ fn unique(case: &str) -> String {
     format!("conformance/{case}/{}", uuid::Uuid::new_v4().simple())
 }
 
-async fn client(url: &str) -> Locks {
-    crate::connect(url)
-        .await
-        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+async fn client(target: &Target) -> Locks {
+    target.client_with(ConnectOptions::new()).await
 }
 
 /// Acquires `name` with the client's renewed lease, waiting as long as it takes.
@@ -175,8 +254,8 @@ async fn acquire_within(locks: &Locks, name: &str, wait: Duration) -> crate::Res
 }
 
 /// Another client gets `name` within `within`: nothing was left behind.
-async fn free_within(url: &str, name: &str, within: Duration, what: &str) {
-    let other = client(url).await;
+async fn free_within(target: &Target, name: &str, within: Duration, what: &str) {
+    let other = client(target).await;
     let guard = acquire_within(&other, name, within)
         .await
         .unwrap_or_else(|e| panic!("{what}: a hold or a queue entry was left behind: {e}"));
@@ -184,14 +263,15 @@ async fn free_within(url: &str, name: &str, within: Duration, what: &str) {
 }
 
 /// A client with `options` whose requests go through a
-/// [`FaultyBackend`](crate::fault::FaultyBackend) around the backend at `url`.
+/// [`FaultyBackend`](crate::fault::FaultyBackend) around a fresh backend of `target`.
 async fn faulty_client(
-    url: &str,
+    target: &Target,
     options: ConnectOptions,
 ) -> (Locks, Arc<crate::fault::FaultyBackend>) {
-    let backend = crate::open_backend(url)
+    let backend = target
+        .open()
         .await
-        .unwrap_or_else(|e| panic!("open {url}: {e}"));
+        .unwrap_or_else(|e| panic!("open {}: {e}", target.label()));
     let faulty = crate::fault::FaultyBackend::new(backend);
     let locks = Locks::with_backend(faulty.clone(), options).expect("client options");
     (locks, faulty)
@@ -205,8 +285,8 @@ async fn lost_at(guard: &crate::Guard, within: Duration) -> Option<Instant> {
         .map(|_| Instant::now())
 }
 
-async fn short_lease_client(url: &str) -> Locks {
-    crate::connect_with(url, ConnectOptions::new().lease(SHORT_LEASE))
+async fn short_lease_client(target: &Target) -> Locks {
+    target
+        .client_with(ConnectOptions::new().lease(SHORT_LEASE))
         .await
-        .unwrap_or_else(|e| panic!("connect to {url}: {e}"))
 }

@@ -1,7 +1,7 @@
 //! The conformance suite on every backend compiled into this crate, and behaviour specific
 //! to one backend.
 
-use distlock::conformance::Target;
+use distlock::conformance::{Target, servers};
 
 fn memory() -> Target {
     // A named store, so that the two clients a case connects share it.
@@ -19,114 +19,62 @@ fn sqlite(query: &str) -> Target {
     Target::with_resource(url, dir)
 }
 
-/// The Redis server the tests use: `DISTLOCK_REDIS_URL`, or the local default. `scripts/test`
-/// starts it when it is not running; a test fails, never skips, when it cannot be reached.
+/// The Redis server `scripts/test` starts, under `scheme` (`redis`, `redis+spin`).
 #[cfg(feature = "redis")]
-fn redis(scheme: &str) -> Target {
-    let url = std::env::var("DISTLOCK_REDIS_URL")
-        .unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
-        .replacen("redis://", &format!("{scheme}://"), 1);
-    let address = url
-        .split_once("://")
-        .map_or("", |(_, rest)| rest)
-        .split(['/', '?'])
-        .next()
-        .unwrap_or_default()
-        .rsplit('@')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    if std::net::TcpStream::connect(&address).is_err() {
-        panic!("Redis is not reachable at {address} ({url}); start it with scripts/test");
-    }
-    Target::new(url)
+fn redis(scheme: &str) -> String {
+    servers::with_scheme(&servers::REDIS.url(), scheme)
 }
 
-/// A Redis deployment `scripts/test` starts: the URL in `variable`, or the one the script
-/// starts by default. Fails, never skips, when its first address does not answer.
 #[cfg(feature = "redis")]
-fn redis_deployment(variable: &str, default: &str) -> Target {
-    let url = std::env::var(variable).unwrap_or_else(|_| default.into());
-    let first = url
-        .split_once("://")
-        .map_or("", |(_, rest)| rest)
-        .rsplit('@')
-        .next()
-        .unwrap_or_default()
-        .split([',', '/', '?'])
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    if std::net::TcpStream::connect(&first).is_err() {
-        panic!("Redis is not reachable at {first} ({url}); start it with scripts/test");
-    }
-    Target::new(url)
+fn redis_sentinel() -> String {
+    servers::REDIS_SENTINEL.url()
 }
 
-/// The Sentinel group of `scripts/test` (master, replica, three sentinels).
 #[cfg(feature = "redis")]
-fn redis_sentinel() -> Target {
-    redis_deployment(
-        "DISTLOCK_REDIS_SENTINEL_URL",
-        "redis+sentinel://127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384/distlock",
-    )
+fn redis_cluster() -> String {
+    servers::REDIS_CLUSTER.url()
 }
 
-/// The 3-master Cluster of `scripts/test`.
 #[cfg(feature = "redis")]
-fn redis_cluster() -> Target {
-    redis_deployment(
-        "DISTLOCK_REDIS_CLUSTER_URL",
-        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002/",
-    )
-}
-
-/// The TLS-only server of `scripts/test`, trusted through its own CA.
-#[cfg(feature = "redis")]
-fn redis_tls() -> Target {
-    redis_deployment(
-        "DISTLOCK_REDIS_TLS_URL",
-        "rediss://127.0.0.1:6390/?ca=/tmp/distlock-redis/tls/ca.pem",
-    )
+fn redis_tls() -> String {
+    servers::REDIS_TLS.url()
 }
 
 distlock::conformance_suite!(memory, memory());
 #[cfg(feature = "redis")]
-distlock::conformance_suite!(redis_tls, redis_tls());
+distlock::conformance_suite!(redis_tls, Target::new(redis_tls()));
 #[cfg(feature = "redis")]
-distlock::conformance_suite!(redis_sentinel, redis_sentinel());
+distlock::conformance_suite!(redis_sentinel, Target::new(redis_sentinel()));
 #[cfg(feature = "redis")]
-distlock::conformance_suite!(redis_cluster, redis_cluster());
+distlock::conformance_suite!(redis_cluster, Target::new(redis_cluster()));
 #[cfg(feature = "redis")]
-distlock::conformance_suite!(redis_cluster_spin, {
-    let cluster = redis_cluster();
-    Target::new(format!("{}?spin=true", cluster.url()))
-});
+distlock::conformance_suite!(
+    redis_cluster_spin,
+    Target::new(servers::with_query(&redis_cluster(), "spin=true"))
+);
 #[cfg(feature = "redis")]
-distlock::conformance_suite!(redis, redis("redis"));
+distlock::conformance_suite!(redis, Target::new(redis("redis")));
 #[cfg(feature = "redis")]
-distlock::conformance_suite!(redis_spin, redis("redis+spin"));
+distlock::conformance_suite!(redis_spin, Target::new(redis("redis+spin")));
 #[cfg(feature = "redis")]
-distlock::conformance_suite!(redis_unfair, redis_unfair());
+distlock::conformance_suite!(redis_unfair, Target::new(redis_unfair()));
 #[cfg(feature = "redis")]
-distlock::wire_fault_suite!(redis_wire, redis("redis"));
+distlock::wire_fault_suite!(redis_wire, Target::new(redis("redis")));
 #[cfg(feature = "redis")]
-distlock::wire_fault_suite!(redis_spin_wire, redis("redis+spin"));
+distlock::wire_fault_suite!(redis_spin_wire, Target::new(redis("redis+spin")));
 #[cfg(feature = "redis")]
-distlock::wire_fault_suite!(redis_unfair_wire, redis_unfair());
+distlock::wire_fault_suite!(redis_unfair_wire, Target::new(redis_unfair()));
 
 /// The Redisson race: `?fair=false`.
 #[cfg(feature = "redis")]
-fn redis_unfair() -> Target {
-    let plain = redis("redis");
-    let separator = if plain.url().contains('?') { '&' } else { '?' };
-    Target::new(format!("{}{separator}fair=false", plain.url()))
+fn redis_unfair() -> String {
+    servers::with_query(&redis("redis"), "fair=false")
 }
 
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_waiters_are_served_in_order() {
-    distlock::conformance::fair_waiters_are_served_in_order(redis("redis").url()).await;
+    distlock::conformance::fair_waiters_are_served_in_order(&Target::new(redis("redis"))).await;
 }
 
 /// TLS checks the server: without the CA that signed its certificate, or with a CA file that
@@ -134,7 +82,7 @@ async fn redis_waiters_are_served_in_order() {
 #[cfg(feature = "redis")]
 #[tokio::test]
 async fn redis_tls_refuses_a_server_it_cannot_verify() {
-    let url = redis_tls().url().to_owned();
+    let url = redis_tls();
     let without_ca = url.split('?').next().unwrap_or_default().to_owned();
     let err = distlock::connect(&without_ca).await.unwrap_err();
     assert!(err.is_backend(), "{err}");
@@ -152,12 +100,12 @@ async fn redis_tls_refuses_a_server_it_cannot_verify() {
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn redis_cluster_waiters_are_served_in_order() {
-    distlock::conformance::fair_waiters_are_served_in_order(redis_cluster().url()).await;
+    distlock::conformance::fair_waiters_are_served_in_order(&Target::new(redis_cluster())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_waiters_are_served_in_order() {
-    distlock::conformance::fair_waiters_are_served_in_order(memory().url()).await;
+    distlock::conformance::fair_waiters_are_served_in_order(&memory()).await;
 }
 #[cfg(feature = "sqlite")]
 distlock::conformance_suite!(sqlite, sqlite(""));
@@ -247,14 +195,18 @@ mod sqlite_fair_mode {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn waiters_are_served_in_order() {
         let target = sqlite("");
-        distlock::conformance::fair_waiters_are_served_in_order(target.url()).await;
+        distlock::conformance::fair_waiters_are_served_in_order(&target).await;
     }
 
     #[tokio::test]
     async fn a_queued_waiter_reserves_a_free_lock_only_in_fair_mode() {
         for (query, fair) in [("", true), ("?fair=false", false)] {
             let target = sqlite(query);
-            let path = target.url().trim_start_matches("sqlite://").to_owned();
+            let path = target
+                .url()
+                .expect("an SQLite target has a URL")
+                .trim_start_matches("sqlite://")
+                .to_owned();
             let backend = distlock::sqlite::SqliteBackend::open(&path).await.unwrap();
             fair_checks::queued_waiter_reserves_a_free_lock(&backend, "reserved", fair).await;
         }
@@ -265,7 +217,7 @@ mod sqlite_fair_mode {
     async fn an_abandoned_ticket_goes_stale() {
         let target = sqlite("");
         fair_checks::abandoned_waiter_delays_at_most(
-            target.url(),
+            target.url().expect("an SQLite target has a URL"),
             "stale",
             Duration::from_millis(1500),
         )
@@ -445,7 +397,7 @@ mod redis_fair_mode {
     #[tokio::test]
     async fn a_queued_waiter_reserves_a_free_lock_only_in_fair_mode() {
         for (target, fair) in [(redis("redis"), true), (redis_unfair(), false)] {
-            let backend = distlock::redis::RedisBackend::connect(target.url())
+            let backend = distlock::redis::RedisBackend::connect(&target)
                 .await
                 .unwrap();
             let name = format!("reserved/{}", fastrand::u64(..));
@@ -462,14 +414,14 @@ mod redis_fair_mode {
 
         let target = redis("redis");
         let name = format!("handover-lost/{}", fastrand::u64(..));
-        let holder = distlock::connect(target.url()).await.unwrap();
+        let holder = distlock::connect(&target).await.unwrap();
         let held = holder
             .mutex(name.as_str())
             .unwrap()
             .acquire()
             .await
             .unwrap();
-        let faulty = FaultyBackend::new(distlock::open_backend(target.url()).await.unwrap());
+        let faulty = FaultyBackend::new(distlock::open_backend(&target).await.unwrap());
         // Every extension fails, so the handover is never confirmed.
         faulty.set(Method::Extend, Fault::Fail(Duration::ZERO));
         let waiter =
@@ -515,7 +467,7 @@ mod redis_fair_mode {
         use distlock::backend::{Acquired, Backend, Woken};
 
         let target = redis("redis");
-        let backend = distlock::redis::RedisBackend::connect(target.url())
+        let backend = distlock::redis::RedisBackend::connect(&target)
             .await
             .unwrap();
         let locks = distlock::connect("memory://").await.unwrap();
@@ -581,11 +533,7 @@ mod redis_fair_mode {
     async fn an_abandoned_waiter_goes_stale() {
         let target = redis("redis");
         let name = format!("stale/{}", fastrand::u64(..));
-        fair_checks::abandoned_waiter_delays_at_most(
-            target.url(),
-            &name,
-            Duration::from_millis(2000),
-        )
-        .await;
+        fair_checks::abandoned_waiter_delays_at_most(&target, &name, Duration::from_millis(2000))
+            .await;
     }
 }

@@ -3,40 +3,24 @@
 
 use std::time::Duration;
 
-use distlock::conformance::Target;
+use distlock::conformance::{Target, servers};
 
-/// The database the tests use: `DISTLOCK_MYSQL_URL`, or the local default. Fails, never
-/// skips, when the server does not answer.
 fn database() -> String {
-    let url = std::env::var("DISTLOCK_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into());
-    let address = url
-        .split_once('@')
-        .map_or("", |(_, rest)| rest)
-        .split(['/', '?'])
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    if std::net::TcpStream::connect(&address).is_err() {
-        panic!("MySQL/MariaDB is not reachable at {address} ({url}); start it with scripts/test");
-    }
-    url
+    servers::MYSQL.url()
 }
 
-fn table() -> Target {
-    let url = database();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    Target::new(format!("{url}{separator}mode=table"))
+fn table() -> String {
+    servers::with_query(&database(), "mode=table")
 }
 
-fn named() -> Target {
-    Target::new(database())
+fn named() -> String {
+    database()
 }
 
-distlock::conformance_suite!(mysql_table, table());
-distlock::conformance_suite!(mysql_named, named());
-distlock::wire_fault_suite!(mysql_table_wire, table());
-distlock::wire_fault_suite!(mysql_named_wire, named());
+distlock::conformance_suite!(mysql_table, Target::new(table()));
+distlock::conformance_suite!(mysql_named, Target::new(named()));
+distlock::wire_fault_suite!(mysql_table_wire, Target::new(table()));
+distlock::wire_fault_suite!(mysql_named_wire, Target::new(named()));
 
 /// Kills the connection holding the named lock `name`, as an administrator would (`KILL`).
 async fn kill_the_connection_holding(url: &str, name: &str) {
@@ -139,8 +123,8 @@ async fn long_names_are_hashed_and_still_exclude() {
 async fn names_differing_in_case_are_two_locks() {
     for target in [named(), table()] {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        let a = distlock::connect(target.url()).await.unwrap();
-        let b = distlock::connect(target.url()).await.unwrap();
+        let a = distlock::connect(&target).await.unwrap();
+        let b = distlock::connect(&target).await.unwrap();
         let upper = a
             .mutex(format!("case/{id}/Stock"))
             .unwrap()
@@ -161,7 +145,7 @@ async fn names_differing_in_case_are_two_locks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mysql_named_waiters_are_granted_by_the_server() {
-    distlock::conformance::fair_waiters_are_served_in_order(named().url()).await;
+    distlock::conformance::fair_waiters_are_served_in_order(&Target::new(named())).await;
 }
 
 /// Promise 2 (as far as a session lock allows: the server frees it the moment its connection

@@ -1,40 +1,24 @@
 //! The PostgreSQL backend on the real server `scripts/test` makes sure of: the conformance
 //! suite on advisory locks and on the table-record lock, and a killed lock connection.
 
-use distlock::conformance::Target;
+use distlock::conformance::{Target, servers};
 
-/// The database the tests use: `DISTLOCK_POSTGRES_URL`, or the local default. Fails, never
-/// skips, when the server does not answer.
 fn database() -> String {
-    let url = std::env::var("DISTLOCK_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1:5432/test".into());
-    let address = url
-        .split_once('@')
-        .map_or("", |(_, rest)| rest)
-        .split(['/', '?'])
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    if std::net::TcpStream::connect(&address).is_err() {
-        panic!("PostgreSQL is not reachable at {address} ({url}); start it with scripts/test");
-    }
-    url
+    servers::POSTGRES.url()
 }
 
-fn table() -> Target {
-    let url = database();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    Target::new(format!("{url}{separator}mode=table"))
+fn table() -> String {
+    servers::with_query(&database(), "mode=table")
 }
 
-fn advisory() -> Target {
-    Target::new(database())
+fn advisory() -> String {
+    database()
 }
 
-distlock::conformance_suite!(postgres_table, table());
-distlock::conformance_suite!(postgres_advisory, advisory());
-distlock::wire_fault_suite!(postgres_table_wire, table());
-distlock::wire_fault_suite!(postgres_advisory_wire, advisory());
+distlock::conformance_suite!(postgres_table, Target::new(table()));
+distlock::conformance_suite!(postgres_advisory, Target::new(advisory()));
+distlock::wire_fault_suite!(postgres_table_wire, Target::new(table()));
+distlock::wire_fault_suite!(postgres_advisory_wire, Target::new(advisory()));
 
 use std::time::Duration;
 
@@ -102,7 +86,7 @@ async fn a_killed_lock_connection_frees_the_lock_and_fires_lost() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_advisory_waiters_are_granted_by_the_server() {
-    distlock::conformance::fair_waiters_are_served_in_order(advisory().url()).await;
+    distlock::conformance::fair_waiters_are_served_in_order(&Target::new(advisory())).await;
 }
 
 /// Promise 2 (as far as a session lock allows: the server frees it the moment its session

@@ -9,6 +9,7 @@ use distlock::stock::{RedisStockStore, SqlStockStore, SqliteStockStore, Stock, S
 
 mod common;
 use common::{item, redis_url};
+use distlock::conformance::servers;
 
 /// How each strategy under test makes one client's view of an item.
 #[derive(Clone, Copy, Debug)]
@@ -29,36 +30,12 @@ enum Strategy {
     MySqlAtomic,
 }
 
-const ALL: [Strategy; 14] = [
-    Strategy::SqliteTableLock,
-    Strategy::RedisLock,
-    Strategy::RedisSpinLock,
-    Strategy::ZooKeeperLock,
-    Strategy::PostgresAdvisory,
-    Strategy::MySqlNamed,
-    Strategy::PostgresPessimistic,
-    Strategy::MySqlPessimistic,
-    Strategy::PostgresOptimistic,
-    Strategy::MySqlOptimistic,
-    Strategy::SqliteAtomic,
-    Strategy::RedisAtomic,
-    Strategy::PostgresAtomic,
-    Strategy::MySqlAtomic,
-];
-
-fn env(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.into())
-}
-
 fn postgres_url() -> String {
-    env(
-        "DISTLOCK_POSTGRES_URL",
-        "postgres://postgres:postgres@127.0.0.1:5432/test",
-    )
+    servers::POSTGRES.url()
 }
 
 fn mysql_url() -> String {
-    env("DISTLOCK_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+    servers::MYSQL.url()
 }
 
 /// `clients` views of one item, each with its own lock client and store connection.
@@ -90,8 +67,8 @@ async fn views(
         let lock_url = match strategy {
             SqliteTableLock => Some(locks_db.clone()),
             RedisLock => Some(redis_url()),
-            RedisSpinLock => Some(redis_url().replacen("redis://", "redis+spin://", 1)),
-            ZooKeeperLock => Some(env("DISTLOCK_ZK_URL", "zk://127.0.0.1:2181/")),
+            RedisSpinLock => Some(servers::with_scheme(&redis_url(), "redis+spin")),
+            ZooKeeperLock => Some(servers::ZOOKEEPER.url()),
             PostgresAdvisory => Some(postgres_url()),
             MySqlNamed => Some(mysql_url()),
             _ => None,
@@ -115,10 +92,48 @@ async fn views(
     out
 }
 
+/// One module per strategy with one test per case, so that a failure names its strategy and
+/// hides none of the others. The strategies are listed here once.
+macro_rules! per_strategy {
+    ($($module:ident: $strategy:ident),* $(,)?) => {$(
+        mod $module {
+            use super::Strategy;
+
+            /// Promise 5: stock 100, 100 concurrent orders of 1 from 4 clients sell exactly 100.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn promise5_hundred_orders_of_one_empty_a_stock_of_hundred_exactly() {
+                super::hundred_orders_of_one(Strategy::$strategy).await;
+            }
+
+            /// Promise 5: stock 12, two buyers of 10 at once: one is served, 2 are left.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn promise5_two_buyers_of_ten_on_twelve_leave_two() {
+                super::two_buyers_of_ten(Strategy::$strategy).await;
+            }
+        }
+    )*};
+}
+
+per_strategy!(
+    sqlite_table_lock: SqliteTableLock,
+    redis_lock: RedisLock,
+    redis_spin_lock: RedisSpinLock,
+    zookeeper_lock: ZooKeeperLock,
+    postgres_advisory: PostgresAdvisory,
+    mysql_named: MySqlNamed,
+    postgres_pessimistic: PostgresPessimistic,
+    mysql_pessimistic: MySqlPessimistic,
+    postgres_optimistic: PostgresOptimistic,
+    mysql_optimistic: MySqlOptimistic,
+    sqlite_atomic: SqliteAtomic,
+    redis_atomic: RedisAtomic,
+    postgres_atomic: PostgresAtomic,
+    mysql_atomic: MySqlAtomic,
+);
+
 /// Stock 100, 100 concurrent orders of 1 from 4 clients: exactly 0 left, 100 sold.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn hundred_orders_of_one_empty_a_stock_of_hundred_exactly() {
-    for strategy in ALL {
+async fn hundred_orders_of_one(strategy: Strategy) {
+    {
         let dir = tempfile::tempdir().unwrap();
         let item = item("hundred");
         let views = views(strategy, dir.path(), &item, 4).await;
@@ -147,9 +162,8 @@ async fn hundred_orders_of_one_empty_a_stock_of_hundred_exactly() {
 }
 
 /// Stock 12, two buyers of 10 at the same moment: one is served, 2 are left, never -8.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_buyers_of_ten_on_twelve_leave_two() {
-    for strategy in ALL {
+async fn two_buyers_of_ten(strategy: Strategy) {
+    {
         let dir = tempfile::tempdir().unwrap();
         let item = item("twelve");
         let views = views(strategy, dir.path(), &item, 2).await;
@@ -183,17 +197,52 @@ async fn two_buyers_of_ten_on_twelve_leave_two() {
     }
 }
 
+/// One test per lock backend of the fencing case. The lock backends are listed here once:
+/// `sqlite` is a file per test; the others are the servers `scripts/test` makes sure of.
+macro_rules! per_lock_backend {
+    ($($module:ident: $backend:literal),* $(,)?) => {$(
+        mod $module {
+            /// Promise 3 and 5: a stale holder's write is refused by its fencing token.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn promise5_a_stale_holders_write_is_refused_by_its_fencing_token() {
+                super::stale_holders_write_is_refused($backend).await;
+            }
+        }
+    )*};
+}
+
+per_lock_backend!(
+    fenced_sqlite: "sqlite",
+    fenced_redis: "redis",
+    fenced_redis_spin: "redis+spin",
+    fenced_zookeeper: "zk",
+    fenced_postgres_advisory: "postgres",
+    fenced_postgres_table: "postgres?mode=table",
+    fenced_mysql_named: "mysql",
+    fenced_mysql_table: "mysql?mode=table",
+);
+
+/// The URL of a lock backend of [`per_lock_backend!`]; `dir` holds the SQLite file.
+fn lock_url(backend: &str, dir: &std::path::Path) -> String {
+    match backend {
+        "sqlite" => format!("sqlite://{}", dir.join("locks.db").display()),
+        "redis" => redis_url(),
+        "redis+spin" => servers::with_scheme(&redis_url(), "redis+spin"),
+        "zk" => servers::ZOOKEEPER.url(),
+        "postgres" => postgres_url(),
+        "postgres?mode=table" => servers::with_query(&postgres_url(), "mode=table"),
+        "mysql" => mysql_url(),
+        "mysql?mode=table" => servers::with_query(&mysql_url(), "mode=table"),
+        other => panic!("no lock backend {other:?} in per_lock_backend!"),
+    }
+}
+
 /// A holder pauses past its lease; another takes the lock and sells; the stale holder's
 /// write is refused and the stock stays exact. On each lock backend under test.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_stale_holders_write_is_refused_by_its_fencing_token() {
-    for lock_url in lock_backends() {
+async fn stale_holders_write_is_refused(backend: &str) {
+    {
         let dir = tempfile::tempdir().unwrap();
-        let lock_url = if lock_url == "sqlite" {
-            format!("sqlite://{}", dir.path().join("locks.db").display())
-        } else {
-            lock_url
-        };
+        let lock_url = lock_url(backend, dir.path());
         let store: Arc<dyn StockStore> = if lock_url.starts_with("sqlite") {
             Arc::new(SqliteStockStore::open(dir.path().join("stock.db")).unwrap())
         } else {
@@ -215,7 +264,10 @@ async fn a_stale_holders_write_is_refused_by_its_fencing_token() {
         let stale_token = guard.fencing_token();
         let read = store.read_fenced(&item, stale_token).await.unwrap();
         assert_eq!(read, 10);
-        let _ = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await;
+        let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .unwrap_or_else(|_| panic!("{lock_url}: lost() did not fire after the 300 ms lease"));
+        assert!(lost.is_lock_lost(), "{lock_url}: {lost}");
 
         // Meanwhile the lock was free again: another order is served.
         assert_eq!(
@@ -239,28 +291,6 @@ async fn a_stale_holders_write_is_refused_by_its_fencing_token() {
                 .is_fenced()
         );
     }
-}
-
-/// Every lock backend the stock module can lock with: "sqlite" (a file per test), Redis
-/// (reentrant and spin), ZooKeeper, PostgreSQL (advisory and table), MariaDB (named and
-/// table). The servers are the ones `scripts/test` makes sure of.
-fn lock_backends() -> Vec<String> {
-    let env = |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.into());
-    let postgres = env(
-        "DISTLOCK_POSTGRES_URL",
-        "postgres://postgres:postgres@127.0.0.1:5432/test",
-    );
-    let mysql = env("DISTLOCK_MYSQL_URL", "mysql://root@127.0.0.1:3306/test");
-    vec![
-        "sqlite".to_owned(),
-        redis_url(),
-        redis_url().replacen("redis://", "redis+spin://", 1),
-        env("DISTLOCK_ZK_URL", "zk://127.0.0.1:2181/"),
-        postgres.clone(),
-        format!("{postgres}?mode=table"),
-        mysql.clone(),
-        format!("{mysql}?mode=table"),
-    ]
 }
 
 /// Bad input gets typed errors, not panics.

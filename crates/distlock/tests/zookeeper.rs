@@ -1,51 +1,27 @@
 //! The ZooKeeper backend on real servers: the conformance suite on a standalone server and on
 //! a 3-node ensemble (both started by `scripts/test`), and what is particular to ZooKeeper.
 
-use distlock::conformance::Target;
+use distlock::conformance::{Target, servers};
 
-/// A ZooKeeper deployment `scripts/test` starts: the URL in `variable`, or the default. Fails,
-/// never skips, when its first server does not answer.
-fn deployment(variable: &str, default: &str) -> Target {
-    let url = std::env::var(variable).unwrap_or_else(|_| default.into());
-    let first = url
-        .split_once("://")
-        .map_or("", |(_, rest)| rest)
-        .split([',', '/', '?'])
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    if std::net::TcpStream::connect(&first).is_err() {
-        panic!("ZooKeeper is not reachable at {first} ({url}); start it with scripts/test");
-    }
-    Target::new(url)
+fn standalone() -> String {
+    servers::ZOOKEEPER.url()
 }
 
-/// The standalone server of `scripts/test`.
-fn standalone() -> Target {
-    deployment("DISTLOCK_ZK_URL", "zk://127.0.0.1:2181/")
+fn ensemble() -> String {
+    servers::ZOOKEEPER_ENSEMBLE.url()
 }
 
-/// The 3-node ensemble of `scripts/test`.
-fn ensemble() -> Target {
-    deployment(
-        "DISTLOCK_ZK_ENSEMBLE_URL",
-        "zk://127.0.0.1:2190,127.0.0.1:2191,127.0.0.1:2192/",
-    )
+fn naive() -> String {
+    servers::with_scheme(&servers::ZOOKEEPER.url(), "zk+naive")
 }
 
-fn naive() -> Target {
-    Target::new(standalone().url().replacen("zk://", "zk+naive://", 1))
-}
-
-distlock::conformance_suite!(zk, standalone());
-distlock::conformance_suite!(zk_ensemble, ensemble());
-distlock::conformance_suite!(zk_naive, naive());
+distlock::conformance_suite!(zk, Target::new(standalone()));
+distlock::conformance_suite!(zk_ensemble, Target::new(ensemble()));
+distlock::conformance_suite!(zk_naive, Target::new(naive()));
 
 /// A target whose sessions time out after 2 s, so that a partition ends them quickly.
-fn short_sessions(target: Target) -> Target {
-    let url = target.url();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    Target::new(format!("{url}{separator}session_timeout=2s"))
+fn short_sessions(url: String) -> Target {
+    Target::new(servers::with_query(&url, "session_timeout=2s"))
 }
 
 distlock::wire_fault_suite!(zk_wire, short_sessions(standalone()));
@@ -54,12 +30,12 @@ distlock::wire_fault_suite!(zk_naive_wire, short_sessions(naive()));
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn zk_waiters_are_served_in_order() {
-    distlock::conformance::fair_waiters_are_served_in_order(standalone().url()).await;
+    distlock::conformance::fair_waiters_are_served_in_order(&Target::new(standalone())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn zk_ensemble_waiters_are_served_in_order() {
-    distlock::conformance::fair_waiters_are_served_in_order(ensemble().url()).await;
+    distlock::conformance::fair_waiters_are_served_in_order(&Target::new(ensemble())).await;
 }
 
 use std::time::Duration;
@@ -101,7 +77,7 @@ fn lock_znode(name: &str) -> String {
 /// distlock and is excluded by it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_follow_curators_layout_and_exclude_a_curator_client() {
-    let url = standalone().url().to_owned();
+    let url = standalone();
     let locks = distlock::connect(&url).await.unwrap();
     let zk = raw(&url).await;
     let name = unique("curator");
@@ -207,7 +183,7 @@ fn is_list(request: &[u8]) -> bool {
 /// session blocking the queue: it is found and deleted, and another client gets the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise4_a_create_whose_reply_and_lookup_fail_leaves_no_orphan() {
-    let url = standalone().url().to_owned();
+    let url = standalone();
     let proxy = proxy(&url).await;
     let locks = distlock::connect(&format!("zk://{}/", proxy.address()))
         .await
@@ -255,7 +231,7 @@ async fn promise4_a_create_whose_reply_and_lookup_fail_leaves_no_orphan() {
 /// (same session), finds its node by the protected prefix and takes the lock with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_whose_reply_was_lost_is_found_by_its_prefix() {
-    let url = standalone().url().to_owned();
+    let url = standalone();
     let proxy = proxy(&url).await;
     let locks = distlock::connect(&format!("zk://{}/", proxy.address()))
         .await
@@ -298,7 +274,7 @@ async fn a_create_whose_reply_was_lost_is_found_by_its_prefix() {
 /// session and works again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_session_frees_the_lock_and_fires_lost() {
-    let url = standalone().url().to_owned();
+    let url = standalone();
     let proxy = proxy(&url).await;
     let holder = distlock::connect(&format!("zk://{}/?session_timeout=2s", proxy.address()))
         .await
@@ -430,7 +406,7 @@ async fn notifications_for(url: &str, waiters: usize) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sequential_lock_wakes_one_waiter_per_release() {
-    let (notifications, releases) = notifications_for(standalone().url(), 8).await;
+    let (notifications, releases) = notifications_for(&standalone(), 8).await;
     assert_eq!(
         notifications, releases,
         "{notifications} watch notifications for {releases} releases"
@@ -439,7 +415,7 @@ async fn the_sequential_lock_wakes_one_waiter_per_release() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_naive_lock_wakes_every_waiter() {
-    let (notifications, releases) = notifications_for(naive().url(), 8).await;
+    let (notifications, releases) = notifications_for(&naive(), 8).await;
     assert!(
         notifications >= 3 * releases,
         "{notifications} watch notifications for {releases} releases: no herd"
@@ -581,7 +557,7 @@ async fn the_lock_survives_the_loss_of_the_ensemble_leader() {
 /// the queue: only the holder's node is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_gives_up_leaves_the_queue() {
-    let url = standalone().url().to_owned();
+    let url = standalone();
     let locks = distlock::connect(&url).await.unwrap();
     let zk = raw(&url).await;
     let name = unique("give_up");

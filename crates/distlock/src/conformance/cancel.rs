@@ -5,7 +5,7 @@ use std::future::Future;
 use std::task::Poll;
 use std::time::Duration;
 
-use super::{acquire_within, client, unique};
+use super::{Target, acquire_within, client, unique};
 use crate::AcquireOptions;
 
 /// How soon after a cancelled acquire another client must get the lock: shorter than a
@@ -24,10 +24,10 @@ async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
 /// A waiting acquire dropped after 1 to 7 polls, with the holder's release landing before,
 /// during or after its wait: afterwards no hold and no queue entry remain, so another client
 /// gets the lock promptly, and the holder's release was exact.
-pub async fn promise4_cancelled_waiting_acquire_leaves_nothing(url: &str) {
+pub async fn promise4_cancelled_waiting_acquire_leaves_nothing(target: &Target) {
     let name = unique("cancel_waiting");
-    let locks = client(url).await;
-    let other = client(url).await;
+    let locks = client(target).await;
+    let other = client(target).await;
     let mut dropped_while_pending = 0;
     for round in 1..=24usize {
         let holder = acquire_within(&locks, &name, Duration::from_secs(5))
@@ -84,10 +84,10 @@ pub async fn promise4_cancelled_waiting_acquire_leaves_nothing(url: &str) {
 
 /// Releases dropped after 0, 1 or 2 polls still complete: the lock is free promptly and a
 /// re-entered lock keeps exactly its other hold.
-pub async fn promise4_cancelled_release_completes(url: &str) {
+pub async fn promise4_cancelled_release_completes(target: &Target) {
     let name = unique("cancel_release");
-    let locks = client(url).await;
-    let other = client(url).await;
+    let locks = client(target).await;
+    let other = client(target).await;
     for polls in 0..3usize {
         let me = locks.holder();
         let outer = me

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{acquire_within, client, unique};
+use super::{Target, acquire_within, client, unique};
 
 /// How many tasks of the holder's client wait for the held lock: at least every waiting
 /// statement a session-lock client runs at once.
@@ -12,9 +12,9 @@ const WAITERS: usize = 20;
 
 /// Promise 1 without starvation: while 20 tasks of one client wait for lock A, the task that
 /// holds A gets a free lock B of the same client within two seconds.
-pub async fn nested_acquire_is_not_starved_by_waiters(url: &str) {
+pub async fn nested_acquire_is_not_starved_by_waiters(target: &Target) {
     let (a, b) = (unique("nested/a"), unique("nested/b"));
-    let locks = client(url).await;
+    let locks = client(target).await;
     let held = acquire_within(&locks, &a, Duration::from_secs(5))
         .await
         .expect("acquire A");

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{client, faulty_client, free_within, hold, unique};
+use super::{Target, client, faulty_client, free_within, hold, unique};
 use crate::fault::{Fault, FaultyBackend, Method};
 use crate::{AcquireOptions, ConnectOptions, Guard, Locks};
 
@@ -14,18 +14,18 @@ use crate::{AcquireOptions, ConnectOptions, Guard, Locks};
 const PROMPTLY: Duration = Duration::from_secs(3);
 
 /// A client with the default (30 s) lease whose requests go through a [`FaultyBackend`].
-async fn faulty(url: &str) -> (Locks, Arc<FaultyBackend>) {
-    faulty_client(url, ConnectOptions::new()).await
+async fn faulty(target: &Target) -> (Locks, Arc<FaultyBackend>) {
+    faulty_client(target, ConnectOptions::new()).await
 }
 
 /// Another client gets `name` promptly: no hold is left.
-async fn free_promptly(url: &str, name: &str, what: &str) {
-    free_within(url, name, PROMPTLY, what).await;
+async fn free_promptly(target: &Target, name: &str, what: &str) {
+    free_within(target, name, PROMPTLY, what).await;
 }
 
 /// Another client cannot take `name` now: it is still held.
-async fn still_excluded(url: &str, name: &str, what: &str) {
-    let other = client(url).await;
+async fn still_excluded(target: &Target, name: &str, what: &str) {
+    let other = client(target).await;
     let rival = other
         .mutex(name)
         .unwrap()
@@ -57,9 +57,9 @@ fn assert_faulted(faulty: &FaultyBackend, method: Method, what: &str) {
 }
 
 /// Promise 4: an acquire whose grant's reply is lost reports the error and leaves no hold.
-pub async fn promise4_lost_acquire_reply_leaves_no_hold(url: &str) {
+pub async fn promise4_lost_acquire_reply_leaves_no_hold(target: &Target) {
     let name = unique("lost_acquire_reply");
-    let (locks, faulty) = faulty(url).await;
+    let (locks, faulty) = faulty(target).await;
     faulty.set_times(Method::TryAcquire, Fault::LoseReply(Duration::ZERO), 1);
     let result = locks
         .mutex(name.as_str())
@@ -71,14 +71,14 @@ pub async fn promise4_lost_acquire_reply_leaves_no_hold(url: &str) {
         result.is_err(),
         "the acquire succeeded although its reply was lost"
     );
-    free_promptly(url, &name, "lost acquire reply").await;
+    free_promptly(target, &name, "lost acquire reply").await;
 }
 
 /// Promise 4: a re-entry whose reply is lost leaves the hold count as it was: releasing the
 /// outer guard frees the lock.
-pub async fn promise4_lost_reentry_reply_keeps_holds_exact(url: &str) {
+pub async fn promise4_lost_reentry_reply_keeps_holds_exact(target: &Target) {
     let name = unique("lost_reentry_reply");
-    let (locks, faulty) = faulty(url).await;
+    let (locks, faulty) = faulty(target).await;
     let outer = locks
         .holder()
         .mutex(name.as_str())
@@ -94,16 +94,16 @@ pub async fn promise4_lost_reentry_reply_keeps_holds_exact(url: &str) {
         "the re-entry succeeded although its reply was lost"
     );
     assert!(!outer.is_lost(), "the outer guard was called lost");
-    still_excluded(url, &name, "lost re-entry reply").await;
+    still_excluded(target, &name, "lost re-entry reply").await;
     outer.release().await.expect("release the outer guard");
-    free_promptly(url, &name, "lost re-entry reply").await;
+    free_promptly(target, &name, "lost re-entry reply").await;
 }
 
 /// Releases one of two holds with `fault` on the release: the other hold stays (exclusion
 /// holds, not lost), and releasing it frees the lock.
-async fn release_one_of_two_with(url: &str, case: &str, fault: Fault) {
+async fn release_one_of_two_with(target: &Target, case: &str, fault: Fault) {
     let name = unique(case);
-    let (locks, faulty) = faulty(url).await;
+    let (locks, faulty) = faulty(target).await;
     let (outer, inner) = hold_twice(&locks, &name).await;
     faulty.set_times(Method::Release, fault, 1);
     let released = inner.release().await;
@@ -117,62 +117,72 @@ async fn release_one_of_two_with(url: &str, case: &str, fault: Fault) {
         outer.is_held().await.expect("is_held"),
         "{case}: one failed release of two holds freed the lock"
     );
-    still_excluded(url, &name, case).await;
+    still_excluded(target, &name, case).await;
     outer.release().await.expect("release the outer guard");
-    free_promptly(url, &name, case).await;
+    free_promptly(target, &name, case).await;
 }
 
 /// Promise 4: the release of one of two holds whose reply is lost (it ran) leaves one hold.
-pub async fn promise4_lost_release_reply_keeps_holds_exact(url: &str) {
-    release_one_of_two_with(url, "lost_release_reply", Fault::LoseReply(Duration::ZERO)).await;
+pub async fn promise4_lost_release_reply_keeps_holds_exact(target: &Target) {
+    release_one_of_two_with(
+        target,
+        "lost_release_reply",
+        Fault::LoseReply(Duration::ZERO),
+    )
+    .await;
 }
 
 /// Promise 4: the release of one of two holds that fails before it reaches the server leaves
 /// one hold, not two.
-pub async fn promise4_failed_release_keeps_holds_exact(url: &str) {
-    release_one_of_two_with(url, "failed_release", Fault::Fail(Duration::ZERO)).await;
+pub async fn promise4_failed_release_keeps_holds_exact(target: &Target) {
+    release_one_of_two_with(target, "failed_release", Fault::Fail(Duration::ZERO)).await;
 }
 
 /// Promise 4: the release of a lock's only hold that fails before it reaches the server still
 /// frees the lock promptly.
-pub async fn promise4_failed_last_release_frees_the_lock(url: &str) {
+pub async fn promise4_failed_last_release_frees_the_lock(target: &Target) {
     let name = unique("failed_last_release");
-    let (locks, faulty) = faulty(url).await;
+    let (locks, faulty) = faulty(target).await;
     let guard = hold(&locks, &name).await;
     faulty.set_times(Method::Release, Fault::Fail(Duration::ZERO), 1);
     let released = guard.release().await;
     assert_faulted(&faulty, Method::Release, "failed last release");
     assert!(released.is_err(), "the failed release reported success");
-    free_promptly(url, &name, "failed last release").await;
+    free_promptly(target, &name, "failed last release").await;
 }
 
 /// Promise 4: an extension whose reply is lost leaves the lock held, exclusively, by its
 /// guard, which releases it normally.
-pub async fn promise4_lost_extend_reply_keeps_the_lock(url: &str) {
+pub async fn promise4_lost_extend_reply_keeps_the_lock(target: &Target) {
     let name = unique("lost_extend_reply");
-    let (locks, faulty) = faulty(url).await;
+    let (locks, faulty) = faulty(target).await;
     let guard = hold(&locks, &name).await;
     faulty.set_times(Method::Extend, Fault::LoseReply(Duration::ZERO), 1);
     let extended = guard.set_lease(Duration::from_secs(20)).await;
     assert_faulted(&faulty, Method::Extend, "lost extend reply");
     assert!(extended.is_err(), "the extension reported success");
     assert!(!guard.is_lost(), "the guard was called lost");
-    still_excluded(url, &name, "lost extend reply").await;
+    still_excluded(target, &name, "lost extend reply").await;
     guard.release().await.expect("release");
-    free_promptly(url, &name, "lost extend reply").await;
+    free_promptly(target, &name, "lost extend reply").await;
 }
 
 /// Holds exact under concurrency: two guards of one holder released at the same moment both
 /// succeed and free the lock, 20 rounds in a row.
-pub async fn promise4_concurrent_releases_keep_holds_exact(url: &str) {
+pub async fn promise4_concurrent_releases_keep_holds_exact(target: &Target) {
     let name = unique("concurrent_releases");
-    let locks = client(url).await;
+    let locks = client(target).await;
     for round in 0..20 {
         let (outer, inner) = hold_twice(&locks, &name).await;
         let (a, b) = tokio::join!(outer.release(), inner.release());
         a.unwrap_or_else(|e| panic!("round {round}: the first release failed: {e}"));
         b.unwrap_or_else(|e| panic!("round {round}: the second release failed: {e}"));
-        free_promptly(url, &name, &format!("concurrent releases, round {round}")).await;
+        free_promptly(
+            target,
+            &name,
+            &format!("concurrent releases, round {round}"),
+        )
+        .await;
     }
 }
 
@@ -190,11 +200,11 @@ async fn until_faulted(faulty: &FaultyBackend, method: Method, what: &str) {
 /// Promise 4: a waiter's enqueue (its subscription; a fair backend's queue entry) whose
 /// reply is lost leaves no entry behind: whatever the waiter's acquire answers, once the
 /// holder and the waiter are done another client gets the lock promptly.
-pub async fn promise4_lost_enqueue_reply_leaves_no_queue_entry(url: &str) {
+pub async fn promise4_lost_enqueue_reply_leaves_no_queue_entry(target: &Target) {
     let name = unique("lost_enqueue_reply");
-    let holder = client(url).await;
+    let holder = client(target).await;
     let held = hold(&holder, &name).await;
-    let (locks, faulty) = faulty(url).await;
+    let (locks, faulty) = faulty(target).await;
     faulty.set_times(Method::Subscribe, Fault::LoseReply(Duration::ZERO), 1);
     let waiting = {
         let name = name.clone();
@@ -219,15 +229,21 @@ pub async fn promise4_lost_enqueue_reply_leaves_no_queue_entry(url: &str) {
         .expect("waiter task");
     // Well under the 1 s handover lease a fair backend gives an entry at the head of its
     // queue: an entry left behind would hold the next client up for that long.
-    free_within(url, &name, Duration::from_millis(600), "lost enqueue reply").await;
+    free_within(
+        target,
+        &name,
+        Duration::from_millis(600),
+        "lost enqueue reply",
+    )
+    .await;
 }
 
 /// Promise 4: a renewal whose reply is lost (it ran on the server) does not cost the lock:
 /// the next renewal keeps it, the guard is not lost, others stay excluded, and releasing it
 /// frees it.
-pub async fn promise4_lost_renewal_reply_keeps_the_lock(url: &str) {
+pub async fn promise4_lost_renewal_reply_keeps_the_lock(target: &Target) {
     let lease = Duration::from_secs(1);
-    let (locks, faulty) = faulty_client(url, ConnectOptions::new().lease(lease)).await;
+    let (locks, faulty) = faulty_client(target, ConnectOptions::new().lease(lease)).await;
     let name = unique("lost_renewal_reply");
     let guard = hold(&locks, &name).await;
     faulty.set_times(Method::Renew, Fault::LoseReply(Duration::ZERO), 1);
@@ -238,18 +254,18 @@ pub async fn promise4_lost_renewal_reply_keeps_the_lock(url: &str) {
         lost.is_err(),
         "the lock was lost after one renewal reply was lost"
     );
-    still_excluded(url, &name, "lost renewal reply").await;
+    still_excluded(target, &name, "lost renewal reply").await;
     guard.release().await.expect("release");
-    free_promptly(url, &name, "lost renewal reply").await;
+    free_promptly(target, &name, "lost renewal reply").await;
 }
 
 /// Promise 4: the client gave a lock up as lost while the server still held it (every
 /// renewal ran but its reply was lost), and the same holder then takes it again: whether the
 /// server re-entered the old hold or granted anew, releasing both guards, the lost one and
 /// the new one, frees the lock at once, not at the end of a lease.
-pub async fn promise4_regrant_after_a_client_side_loss_keeps_holds_exact(url: &str) {
+pub async fn promise4_regrant_after_a_client_side_loss_keeps_holds_exact(target: &Target) {
     let lease = Duration::from_secs(5);
-    let (locks, faulty) = faulty_client(url, ConnectOptions::new().lease(lease)).await;
+    let (locks, faulty) = faulty_client(target, ConnectOptions::new().lease(lease)).await;
     let name = unique("regrant_after_client_side_loss");
     let holder = locks.holder();
     let first = holder
@@ -274,7 +290,7 @@ pub async fn promise4_regrant_after_a_client_side_loss_keeps_holds_exact(url: &s
     let _ = first.release().await;
     // Well within the 5 s lease the server would keep a forgotten hold for.
     free_within(
-        url,
+        target,
         &name,
         Duration::from_millis(1500),
         "regrant after a client-side loss",

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::{client, free_within, short_lease_client, unique};
+use super::{Target, client, free_within, short_lease_client, unique};
 
 /// The work's answer comes back, it held the lock while it ran, and the lock is free after.
-pub async fn run_holds_the_lock_for_the_work(url: &str) {
+pub async fn run_holds_the_lock_for_the_work(target: &Target) {
     let name = unique("run_holds");
-    let locks = client(url).await;
-    let other = client(url).await;
+    let locks = client(target).await;
+    let other = client(target).await;
     let mutex = locks.mutex(name.as_str()).unwrap();
     let answer = mutex
         .run(|token| {
@@ -29,15 +29,15 @@ pub async fn run_holds_the_lock_for_the_work(url: &str) {
         .await
         .expect("run");
     assert!(answer > 0, "the work did not get the fencing token");
-    free_within(url, &name, Duration::from_secs(3), "after run").await;
+    free_within(target, &name, Duration::from_secs(3), "after run").await;
 }
 
 /// Promise 2: the lock is force-unlocked while the work runs: the work is stopped (it never
 /// finishes) and `run` answers the loss.
-pub async fn promise2_run_stops_the_work_when_the_lock_is_lost(url: &str) {
+pub async fn promise2_run_stops_the_work_when_the_lock_is_lost(target: &Target) {
     let name = unique("run_lost");
-    let locks = short_lease_client(url).await;
-    let operator = client(url).await;
+    let locks = short_lease_client(target).await;
+    let operator = client(target).await;
     let finished = Arc::new(AtomicBool::new(false));
     let started = Arc::new(tokio::sync::Notify::new());
     let running = {

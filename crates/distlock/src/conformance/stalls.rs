@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{client, faulty_client, lost_at, unique};
+use super::{Target, client, faulty_client, lost_at, unique};
 use crate::fault::{Fault, Method};
 use crate::{AcquireOptions, ConnectOptions, Guard};
 
@@ -18,10 +18,10 @@ const LEASE: Duration = Duration::from_secs(2);
 const SLACK: Duration = Duration::from_millis(150);
 
 /// A rival client of the real backend asks for `name` and reports when it was granted.
-fn rival_grant(url: &str, name: &str) -> tokio::task::JoinHandle<(Instant, Guard)> {
-    let (url, name) = (url.to_owned(), name.to_owned());
+fn rival_grant(target: &Target, name: &str) -> tokio::task::JoinHandle<(Instant, Guard)> {
+    let (target, name) = (target.clone(), name.to_owned());
     tokio::spawn(async move {
-        let rival = client(&url).await;
+        let rival = client(&target).await;
         let guard = rival
             .mutex(name.as_str())
             .unwrap()
@@ -34,8 +34,8 @@ fn rival_grant(url: &str, name: &str) -> tokio::task::JoinHandle<(Instant, Guard
 
 /// Holds a renewed and a fixed-lease lock, makes every renewal meet `fault`, and checks
 /// that both guards fire `lost()` by their client deadlines and before a rival is granted.
-async fn stalled_renewal_fires_lost_in_time(url: &str, case: &str, fault: Fault) {
-    let (locks, faulty) = faulty_client(url, ConnectOptions::new().lease(LEASE)).await;
+async fn stalled_renewal_fires_lost_in_time(target: &Target, case: &str, fault: Fault) {
+    let (locks, faulty) = faulty_client(target, ConnectOptions::new().lease(LEASE)).await;
     let renewed_name = unique(&format!("{case}/renewed"));
     let fixed_name = unique(&format!("{case}/fixed"));
     // Ends before the renewed lock's deadline: a keeper that waits on the renewal until the
@@ -67,8 +67,8 @@ async fn stalled_renewal_fires_lost_in_time(url: &str, case: &str, fault: Fault)
     // lease started no earlier than now minus one interval.
     faulty.set(Method::Renew, fault);
     let stalled_at = Instant::now();
-    let renewed_rival = rival_grant(url, &renewed_name);
-    let fixed_rival = rival_grant(url, &fixed_name);
+    let renewed_rival = rival_grant(target, &renewed_name);
+    let fixed_rival = rival_grant(target, &fixed_name);
 
     // Watched together: each time is taken when that guard's lost() resolves.
     let (renewed_lost, fixed_lost) = tokio::join!(
@@ -115,26 +115,27 @@ async fn stalled_renewal_fires_lost_in_time(url: &str, case: &str, fault: Fault)
 
 /// Promise 2: every renewal hangs; the renewed and the fixed-lease guard fire `lost()` by
 /// their client deadlines, before a rival is granted.
-pub async fn promise2_hung_renewal_fires_lost_in_time(url: &str) {
-    stalled_renewal_fires_lost_in_time(url, "hung_renewal", Fault::Hang).await;
+pub async fn promise2_hung_renewal_fires_lost_in_time(target: &Target) {
+    stalled_renewal_fires_lost_in_time(target, "hung_renewal", Fault::Hang).await;
 }
 
 /// Promise 2: every renewal fails, slowly (after two leases); `lost()` is not held up by the
 /// failing request.
-pub async fn promise2_slow_failing_renewal_fires_lost_in_time(url: &str) {
-    stalled_renewal_fires_lost_in_time(url, "slow_failing_renewal", Fault::Fail(LEASE * 2)).await;
+pub async fn promise2_slow_failing_renewal_fires_lost_in_time(target: &Target) {
+    stalled_renewal_fires_lost_in_time(target, "slow_failing_renewal", Fault::Fail(LEASE * 2))
+        .await;
 }
 
 /// Promise 2: a renewal that answers after the client's deadline passed does not revive the
 /// lock: `lost()` fired at the deadline and stays.
-pub async fn promise2_late_renewal_reply_does_not_revive(url: &str) {
-    stalled_renewal_fires_lost_in_time(url, "late_renewal_reply", Fault::Delay(LEASE * 2)).await;
+pub async fn promise2_late_renewal_reply_does_not_revive(target: &Target) {
+    stalled_renewal_fires_lost_in_time(target, "late_renewal_reply", Fault::Delay(LEASE * 2)).await;
 }
 
 /// A backend whose renewal panics once does not kill the keeper: the next renewal keeps the
 /// lock.
-pub async fn renewal_panic_does_not_stop_the_keeper(url: &str) {
-    let (locks, faulty) = faulty_client(url, ConnectOptions::new().lease(LEASE)).await;
+pub async fn renewal_panic_does_not_stop_the_keeper(target: &Target) {
+    let (locks, faulty) = faulty_client(target, ConnectOptions::new().lease(LEASE)).await;
     let name = unique("renewal_panic");
     let guard = locks
         .mutex(name.as_str())

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{acquire_within, client, free_within, lost_at, unique};
+use super::{Target, acquire_within, client, free_within, lost_at, unique};
 use crate::fault::FaultProxy;
 use crate::{AcquireOptions, ConnectOptions, Guard, Locks};
 
@@ -41,8 +41,9 @@ struct Proxied {
 }
 
 impl Proxied {
-    /// Starts a proxy for every server `url` names.
-    async fn new(url: &str) -> Proxied {
+    /// Starts a proxy for every server `target`'s URL names.
+    async fn new(target: &Target, case: &str) -> Proxied {
+        let url = target.url_for(case);
         let (scheme, rest) = url
             .split_once("://")
             .unwrap_or_else(|| panic!("{url}: not a URL"));
@@ -98,13 +99,13 @@ async fn connect(url: &str, options: ConnectOptions) -> Locks {
 }
 
 /// Another client gets `name` promptly: nothing is left behind.
-async fn free_promptly(url: &str, name: &str, what: &str) {
-    free_within(url, name, PROMPTLY, what).await;
+async fn free_promptly(target: &Target, name: &str, what: &str) {
+    free_within(target, name, PROMPTLY, what).await;
 }
 
 /// While `guard` is not lost, another client cannot take its lock.
-async fn excluded_unless_lost(url: &str, name: &str, guard: &Guard, what: &str) {
-    let other = client(url).await;
+async fn excluded_unless_lost(target: &Target, name: &str, guard: &Guard, what: &str) {
+    let other = client(target).await;
     let rival = other
         .mutex(name)
         .unwrap()
@@ -123,8 +124,8 @@ async fn excluded_unless_lost(url: &str, name: &str, guard: &Guard, what: &str) 
 /// Promise 4: the reply of an acquire is lost on the wire (the connection is cut as it
 /// arrives). Whatever the acquire answers, hold counts are exact: a guard it returns excludes
 /// others, and once everything is released the lock is free.
-pub async fn promise4_wire_lost_acquire_reply_leaves_no_hold(url: &str) {
-    let proxied = Proxied::new(url).await;
+pub async fn promise4_wire_lost_acquire_reply_leaves_no_hold(target: &Target) {
+    let proxied = Proxied::new(target, "promise4_wire_lost_acquire_reply_leaves_no_hold").await;
     let locks = connect(&proxied.url, ConnectOptions::new()).await;
     let name = unique("wire_lost_acquire_reply");
     // The client's connections are open and idle: the next request is the acquire's.
@@ -140,18 +141,18 @@ pub async fn promise4_wire_lost_acquire_reply_leaves_no_hold(url: &str) {
         "no reply was lost, so nothing was tested"
     );
     if let Ok(guard) = acquired {
-        excluded_unless_lost(url, &name, &guard, "lost acquire reply").await;
+        excluded_unless_lost(target, &name, &guard, "lost acquire reply").await;
         let _ = guard.release().await;
     }
-    free_promptly(url, &name, "lost acquire reply").await;
+    free_promptly(target, &name, "lost acquire reply").await;
 }
 
 /// Promise 4: the reply of the release of one of two holds is lost on the wire (or, where
 /// that release sends nothing, the reply of the last one). The other hold still excludes
 /// everyone (or its guard reports the loss, for backends whose locks die with their
 /// connection), and once both are released the lock is free.
-pub async fn promise4_wire_lost_release_reply_keeps_holds_exact(url: &str) {
-    let proxied = Proxied::new(url).await;
+pub async fn promise4_wire_lost_release_reply_keeps_holds_exact(target: &Target) {
+    let proxied = Proxied::new(target, "promise4_wire_lost_release_reply_keeps_holds_exact").await;
     let locks = connect(&proxied.url, ConnectOptions::new()).await;
     let name = unique("wire_lost_release_reply");
     let outer = locks
@@ -164,7 +165,7 @@ pub async fn promise4_wire_lost_release_reply_keeps_holds_exact(url: &str) {
     let inner = outer.reenter().await.expect("re-enter");
     proxied.lose_next_reply();
     let _ = inner.release().await;
-    excluded_unless_lost(url, &name, &outer, "lost release reply").await;
+    excluded_unless_lost(target, &name, &outer, "lost release reply").await;
     // Where releasing one of several holds sends nothing (session locks count them in the
     // client), the reply lost is the last release's.
     let _ = outer.release().await;
@@ -172,14 +173,14 @@ pub async fn promise4_wire_lost_release_reply_keeps_holds_exact(url: &str) {
         proxied.replies_lost() >= 1,
         "no reply was lost, so nothing was tested"
     );
-    free_promptly(url, &name, "lost release reply").await;
+    free_promptly(target, &name, "lost release reply").await;
 }
 
 /// Promise 2: the client is cut off from its servers (nothing passes either way) while it
 /// holds a renewed and a fixed-lease lock, with renewals in flight. Both guards fire `lost()`,
 /// and before another client is granted either lock.
-pub async fn promise2_wire_partition_fires_lost_before_a_rival(url: &str) {
-    let proxied = Proxied::new(url).await;
+pub async fn promise2_wire_partition_fires_lost_before_a_rival(target: &Target) {
+    let proxied = Proxied::new(target, "promise2_wire_partition_fires_lost_before_a_rival").await;
     let locks = connect(&proxied.url, ConnectOptions::new().lease(LEASE)).await;
     let (renewed_name, fixed_name) = (
         unique("wire_partition/renewed"),
@@ -201,9 +202,9 @@ pub async fn promise2_wire_partition_fires_lost_before_a_rival(url: &str) {
     tokio::time::sleep(LEASE / 3 + Duration::from_millis(50)).await;
     proxied.blackhole();
     let rivals = [&renewed_name, &fixed_name].map(|name| {
-        let (url, name) = (url.to_owned(), name.clone());
+        let (target, name) = (target.clone(), name.clone());
         tokio::spawn(async move {
-            let rival = client(&url).await;
+            let rival = client(&target).await;
             let granted = acquire_within(&rival, &name, LEASE * 5).await.ok();
             (Instant::now(), granted)
         })

@@ -1,0 +1,175 @@
+//! The servers the tests run against, listed once: each with the environment variable that
+//! overrides its URL, the URL `scripts/test` starts it at, and a probe that fails (never
+//! skips) naming the server and the command that starts it.
+//!
+//! ```no_run
+//! use distlock::conformance::servers;
+//!
+//! // In a test: the Redis URL, after checking that its server answers.
+//! let url = servers::REDIS.url();
+//! let spin = servers::with_scheme(&url, "redis+spin");
+//! let unfair = servers::with_query(&url, "fair=false");
+//! # let _ = (spin, unfair);
+//! ```
+
+use super::Target;
+
+/// The command that starts every server the tests use.
+pub const START_COMMAND: &str = "scripts/test --servers-only";
+
+/// A server (or a group of servers) the tests use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Server {
+    /// What it is, for messages.
+    pub what: &'static str,
+    /// The environment variable that overrides its URL.
+    pub variable: &'static str,
+    /// Its URL when the variable is unset: where `scripts/test` starts it.
+    pub default: &'static str,
+}
+
+/// The standalone Redis server.
+pub const REDIS: Server = Server {
+    what: "Redis",
+    variable: "DISTLOCK_REDIS_URL",
+    default: "redis://127.0.0.1:6379/",
+};
+
+/// The Redis Sentinel group (master, replica, three sentinels).
+pub const REDIS_SENTINEL: Server = Server {
+    what: "the Redis Sentinel group",
+    variable: "DISTLOCK_REDIS_SENTINEL_URL",
+    default: "redis+sentinel://127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384/distlock",
+};
+
+/// The 3-master Redis Cluster.
+pub const REDIS_CLUSTER: Server = Server {
+    what: "the Redis Cluster",
+    variable: "DISTLOCK_REDIS_CLUSTER_URL",
+    default: "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002/",
+};
+
+/// The TLS-only Redis server, trusted through its own CA.
+pub const REDIS_TLS: Server = Server {
+    what: "the TLS Redis server",
+    variable: "DISTLOCK_REDIS_TLS_URL",
+    default: "rediss://127.0.0.1:6390/?ca=/tmp/distlock-redis/tls/ca.pem",
+};
+
+/// The standalone ZooKeeper server.
+pub const ZOOKEEPER: Server = Server {
+    what: "ZooKeeper",
+    variable: "DISTLOCK_ZK_URL",
+    default: "zk://127.0.0.1:2181/",
+};
+
+/// The 3-node ZooKeeper ensemble.
+pub const ZOOKEEPER_ENSEMBLE: Server = Server {
+    what: "the ZooKeeper ensemble",
+    variable: "DISTLOCK_ZK_ENSEMBLE_URL",
+    default: "zk://127.0.0.1:2190,127.0.0.1:2191,127.0.0.1:2192/",
+};
+
+/// The PostgreSQL database.
+pub const POSTGRES: Server = Server {
+    what: "PostgreSQL",
+    variable: "DISTLOCK_POSTGRES_URL",
+    default: "postgres://postgres:postgres@127.0.0.1:5432/test",
+};
+
+/// The MySQL/MariaDB database.
+pub const MYSQL: Server = Server {
+    what: "MySQL/MariaDB",
+    variable: "DISTLOCK_MYSQL_URL",
+    default: "mysql://root@127.0.0.1:3306/test",
+};
+
+/// Every server above.
+pub const ALL: &[Server] = &[
+    REDIS,
+    REDIS_SENTINEL,
+    REDIS_CLUSTER,
+    REDIS_TLS,
+    ZOOKEEPER,
+    ZOOKEEPER_ENSEMBLE,
+    POSTGRES,
+    MYSQL,
+];
+
+impl Server {
+    /// The URL without the probe: the variable's value, or the default.
+    pub fn configured_url(&self) -> String {
+        std::env::var(self.variable).unwrap_or_else(|_| self.default.to_owned())
+    }
+
+    /// The URL, after checking that its first server accepts a TCP connection.
+    ///
+    /// # Panics
+    /// When it does not, naming the address and the command that starts it: a test whose
+    /// server is missing fails, never skips.
+    pub fn url(&self) -> String {
+        let url = self.configured_url();
+        let address = first_address(&url);
+        if std::net::TcpStream::connect(address).is_err() {
+            panic!(
+                "{} is not reachable at {address} ({url}); start it with `{START_COMMAND}` \
+                 or point {} at a running one",
+                self.what, self.variable
+            );
+        }
+        url
+    }
+
+    /// A conformance [`Target`] at [`Server::url`].
+    pub fn target(&self) -> Target {
+        Target::new(self.url())
+    }
+}
+
+/// The `host:port` of the first server a URL names (after any user info, before the path).
+pub fn first_address(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let hosts = authority.rsplit('@').next().unwrap_or_default();
+    hosts.split(',').next().unwrap_or_default()
+}
+
+/// `url` with its scheme replaced by `scheme`.
+pub fn with_scheme(url: &str, scheme: &str) -> String {
+    match url.split_once("://") {
+        Some((_, rest)) => format!("{scheme}://{rest}"),
+        None => url.to_owned(),
+    }
+}
+
+/// `url` with `pair` (`key=value`) added to its query.
+pub fn with_query(url: &str, pair: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{pair}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_taken_apart_and_extended() {
+        assert_eq!(first_address(REDIS.default), "127.0.0.1:6379");
+        assert_eq!(first_address(REDIS_SENTINEL.default), "127.0.0.1:6382");
+        assert_eq!(first_address(POSTGRES.default), "127.0.0.1:5432");
+        assert_eq!(first_address(MYSQL.default), "127.0.0.1:3306");
+        assert_eq!(first_address(REDIS_TLS.default), "127.0.0.1:6390");
+        assert_eq!(
+            with_scheme(REDIS.default, "redis+spin"),
+            "redis+spin://127.0.0.1:6379/"
+        );
+        assert_eq!(
+            with_query(REDIS_TLS.default, "fair=false"),
+            "rediss://127.0.0.1:6390/?ca=/tmp/distlock-redis/tls/ca.pem&fair=false"
+        );
+        assert_eq!(
+            with_query(MYSQL.default, "mode=table"),
+            "mysql://root@127.0.0.1:3306/test?mode=table"
+        );
+    }
+}
