@@ -102,6 +102,8 @@ mod name;
 mod options;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper"))]
+mod reaper;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod scheme;

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::error::Result;
 use crate::name::LockName;
+use crate::wake::ReleaseSignals;
 
 /// Locks kept in this process's memory.
 #[derive(Debug, Clone, Default)]
@@ -35,7 +36,7 @@ struct State {
     /// The last fencing token granted per name. Kept after release so tokens keep growing.
     fencing: HashMap<LockName, u64>,
     /// Release signals per name, present while someone waits.
-    releases: HashMap<LockName, watch::Sender<u64>>,
+    releases: ReleaseSignals,
     /// Waiters per name in arrival order (waiter id, owner); a free lock goes to the first.
     queues: HashMap<LockName, VecDeque<(u64, Owner)>>,
     next_waiter: u64,
@@ -112,13 +113,7 @@ impl State {
     }
 
     fn signal_release(&mut self, name: &LockName) {
-        if let Some(sender) = self.releases.get(name) {
-            if sender.receiver_count() == 0 {
-                self.releases.remove(name);
-            } else {
-                sender.send_modify(|generation| *generation += 1);
-            }
-        }
+        self.releases.signal(name.as_str());
     }
 }
 
@@ -185,11 +180,7 @@ impl Backend for MemoryBackend {
         _lease: Duration,
     ) -> Result<Box<dyn ReleaseWaiter>> {
         let mut state = self.state();
-        let receiver = state
-            .releases
-            .entry(name.clone())
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe();
+        let receiver = state.releases.subscribe(name.as_str());
         state.next_waiter += 1;
         let id = state.next_waiter;
         state

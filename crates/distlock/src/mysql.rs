@@ -44,9 +44,8 @@
 //! The tables are made at connect if missing. Sessions run with `time_zone = '+00:00'`, so
 //! the lease arithmetic never meets a daylight-saving shift.
 
-use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -60,6 +59,7 @@ pub use self::named::{MAX_SERVER_NAME, MySqlNamed, MySqlNamedBackend, server_loc
 use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::error::{Error, Result};
 use crate::name::LockName;
+use crate::wake::ReleaseSignals;
 
 pub(crate) const SCHEME: &str = "mysql";
 /// The lock statements' pool.
@@ -249,32 +249,8 @@ async fn open_pool(options: MySqlConnectOptions, size: u32) -> Result<MySqlPool>
 #[derive(Debug, Clone)]
 pub struct MySqlTableBackend {
     pool: MySqlPool,
-    hub: Arc<Hub>,
-}
-
-/// Release signals per lock name, for waiters of this client.
-#[derive(Debug, Default)]
-struct Hub {
-    names: StdMutex<HashMap<String, watch::Sender<u64>>>,
-}
-
-impl Hub {
-    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
-        self.names
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn signal(&self, name: &str) {
-        let mut names = self.names();
-        if let Some(sender) = names.get(name) {
-            if sender.receiver_count() == 0 {
-                names.remove(name);
-            } else {
-                sender.send_modify(|n| *n += 1);
-            }
-        }
-    }
+    /// Releases this client made; waiters in other clients poll.
+    hub: Arc<ReleaseSignals>,
 }
 
 impl MySqlTableBackend {
@@ -348,12 +324,7 @@ impl Backend for MySqlTableBackend {
         _owner: &Owner,
         _lease: Duration,
     ) -> Result<Box<dyn ReleaseWaiter>> {
-        let receiver = self
-            .hub
-            .names()
-            .entry(name.as_str().to_owned())
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe();
+        let receiver = self.hub.subscribe(name.as_str());
         Ok(Box::new(PollingWaiter {
             receiver,
             interval: POLL_FIRST,

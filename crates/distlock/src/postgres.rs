@@ -47,9 +47,8 @@
 //! Table-lock waiters are not queued: whoever asks first after a release wins (the SQLite
 //! backend's fair queue is not built here yet). The tables are made at connect if missing.
 
-use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex as StdMutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -64,6 +63,7 @@ use tokio::sync::{oneshot, watch};
 use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::error::{Error, Result};
 use crate::name::LockName;
+use crate::wake::ReleaseSignals;
 
 pub(crate) const SCHEME: &str = "postgres";
 const CHANNEL: &str = "distlock_release";
@@ -179,43 +179,10 @@ pub(crate) fn token_u64(token: i64) -> u64 {
 #[derive(Debug, Clone)]
 pub struct PostgresBackend {
     pool: PgPool,
-    hub: Arc<Hub>,
-}
-
-/// Release signals per lock name, fed by the client's listening connection.
-#[derive(Debug, Default)]
-struct Hub {
-    names: StdMutex<HashMap<String, watch::Sender<u64>>>,
-    /// Dropped with the backend: ends the listening task.
-    _stop: StdMutex<Option<oneshot::Sender<()>>>,
-}
-
-impl Hub {
-    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
-        self.names
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn signal(&self, name: &str) {
-        let mut names = self.names();
-        if let Some(sender) = names.get(name) {
-            if sender.receiver_count() == 0 {
-                names.remove(name);
-            } else {
-                sender.send_modify(|n| *n += 1);
-            }
-        }
-    }
-
-    /// After the listening connection was lost: notifications may be lost, wake everyone.
-    fn signal_all(&self) {
-        let mut names = self.names();
-        names.retain(|_, sender| sender.receiver_count() > 0);
-        for sender in names.values() {
-            sender.send_modify(|n| *n += 1);
-        }
-    }
+    /// Fed by the client's listening connection.
+    hub: Arc<ReleaseSignals>,
+    /// Dropped with the last clone of the backend: ends the listening task.
+    _stop: Arc<oneshot::Sender<()>>,
 }
 
 /// The two ways to lock in PostgreSQL.
@@ -312,12 +279,13 @@ impl PostgresBackend {
             .await
             .map_err(db_error("listen for releases"))?;
         let (stop, stopped) = oneshot::channel();
-        let hub = Arc::new(Hub {
-            names: StdMutex::default(),
-            _stop: StdMutex::new(Some(stop)),
-        });
+        let hub = Arc::new(ReleaseSignals::default());
         tokio::spawn(listen(listener, Arc::downgrade(&hub), stopped));
-        Ok(PostgresBackend { pool, hub })
+        Ok(PostgresBackend {
+            pool,
+            hub,
+            _stop: Arc::new(stop),
+        })
     }
 
     async fn live_owner(&self, name: &LockName) -> Result<Option<(String, i32)>> {
@@ -329,7 +297,11 @@ impl PostgresBackend {
     }
 }
 
-async fn listen(mut listener: PgListener, hub: Weak<Hub>, mut stopped: oneshot::Receiver<()>) {
+async fn listen(
+    mut listener: PgListener,
+    hub: Weak<ReleaseSignals>,
+    mut stopped: oneshot::Receiver<()>,
+) {
     loop {
         let received = tokio::select! {
             received = listener.try_recv() => received,
@@ -406,12 +378,7 @@ impl Backend for PostgresBackend {
         _owner: &Owner,
         _lease: Duration,
     ) -> Result<Box<dyn ReleaseWaiter>> {
-        let receiver = self
-            .hub
-            .names()
-            .entry(name.as_str().to_owned())
-            .or_insert_with(|| watch::channel(0).0)
-            .subscribe();
+        let receiver = self.hub.subscribe(name.as_str());
         Ok(Box::new(PostgresWaiter { receiver }))
     }
 

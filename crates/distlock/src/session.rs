@@ -41,7 +41,7 @@ mod background;
 mod conns;
 mod waiter;
 
-use self::background::{reap, watch_sessions};
+use self::background::watch_sessions;
 use self::waiter::SessionWaiter;
 
 /// FNV-1a (64 bit) over `distlock\0` and the name's bytes: the domain-tagged hash both
@@ -223,7 +223,10 @@ impl<D: Dialect> SessionBackend<D> {
                 sessions_lost: 0,
             }),
         });
-        tokio::spawn(reap(Arc::downgrade(&shared), shared.reaper.clone()));
+        tokio::spawn(crate::reaper::run(
+            Arc::downgrade(&shared),
+            shared.reaper.clone(),
+        ));
         tokio::spawn(watch_sessions(Arc::downgrade(&shared)));
         SessionBackend { shared }
     }

@@ -1,5 +1,7 @@
 //! Small waiting helpers shared by the client's keeper and the backends.
 
+use std::collections::HashMap;
+use std::sync::Mutex as StdMutex;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -24,4 +26,51 @@ pub(crate) async fn release_signalled(receiver: &mut watch::Receiver<u64>, max: 
         Ok(Err(_)) => tokio::time::sleep(max).await,
     }
     Woken::Retry
+}
+
+/// Release signals per lock name, for the waiters of one client: a waiter subscribes to a
+/// name, a release (seen by this client, or announced by the server) signals it. The one hub
+/// of every backend that wakes its waiters in-process (memory, the PostgreSQL and MySQL table
+/// locks); Redis has its own, fed by pub/sub with a reconnecting subscriber.
+#[derive(Debug, Default)]
+pub(crate) struct ReleaseSignals {
+    names: StdMutex<HashMap<String, watch::Sender<u64>>>,
+}
+
+impl ReleaseSignals {
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+        // Every update is one insert, removal or counter bump: a poisoned lock is consistent.
+        self.names
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A receiver that changes with every release of `name` signalled from now on.
+    pub(crate) fn subscribe(&self, name: &str) -> watch::Receiver<u64> {
+        self.names()
+            .entry(name.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    /// Wakes the waiters of `name`; forgets the name once nobody waits for it.
+    pub(crate) fn signal(&self, name: &str) {
+        let mut names = self.names();
+        if let Some(sender) = names.get(name) {
+            if sender.receiver_count() == 0 {
+                names.remove(name);
+            } else {
+                sender.send_modify(|n| *n += 1);
+            }
+        }
+    }
+
+    /// Wakes every waiter: after the feed of releases was interrupted, some may be missed.
+    pub(crate) fn signal_all(&self) {
+        let mut names = self.names();
+        names.retain(|_, sender| sender.receiver_count() > 0);
+        for sender in names.values() {
+            sender.send_modify(|n| *n += 1);
+        }
+    }
 }

@@ -72,7 +72,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
-use self::background::{reap, supervise};
+use self::background::supervise;
 use self::url::ZkUrl;
 pub use self::url::lock_path;
 use self::waiter::{NaiveWaiter, SequentialWaiter};
@@ -286,7 +286,10 @@ impl ZooKeeperBackend {
             reaper: Arc::new(Notify::new()),
         });
         tokio::spawn(supervise(Arc::downgrade(&shared), watcher));
-        tokio::spawn(reap(Arc::downgrade(&shared), shared.reaper.clone()));
+        tokio::spawn(crate::reaper::run(
+            Arc::downgrade(&shared),
+            shared.reaper.clone(),
+        ));
         Ok(ZooKeeperBackend { shared })
     }
 

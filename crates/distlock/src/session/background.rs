@@ -2,6 +2,7 @@
 //! ended leases.
 
 use super::*;
+use crate::reaper::Reap;
 
 /// Asks every lock connection that holds locks, every [`WATCH_INTERVAL`], whether it still
 /// holds them. Locks a connection lost (it died, or was terminated) are forgotten, and the
@@ -47,47 +48,42 @@ pub(super) async fn watch_sessions<D: Dialect>(shared: Weak<Shared<D>>) {
     }
 }
 
-/// Unlocks in the background: leases that ended and grants nobody took.
-pub(super) async fn reap<D: Dialect>(shared: Weak<Shared<D>>, wake: Arc<Notify>) {
-    loop {
-        let notified = wake.notified();
-        let Some(strong) = shared.upgrade() else {
-            return;
-        };
-        let now = Instant::now();
-        let (work, next) = {
-            let mut state = strong.state();
-            let expired: Vec<LockName> = state
-                .held
-                .iter()
-                .filter(|(_, held)| held.expires_at <= now)
-                .map(|(name, _)| name.clone())
-                .collect();
-            for name in expired {
-                if let Some(held) = state.held.remove(&name) {
-                    tracing::debug!(lock = %name, "the lease ended; unlocking");
-                    state.ending.insert(name.clone());
-                    state.unlock.push((held.conn, held.key, Some(name)));
-                }
+/// Unlocks in the background, through the client-side reaper ([`crate::reaper`]): leases
+/// that ended and grants nobody took.
+impl<D: Dialect> Reap for Shared<D> {
+    type Work = Unlock<D>;
+
+    fn due(&self, now: Instant) -> (Vec<Self::Work>, Option<Instant>) {
+        let mut state = self.state();
+        let expired: Vec<LockName> = state
+            .held
+            .iter()
+            .filter(|(_, held)| held.expires_at <= now)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in expired {
+            if let Some(held) = state.held.remove(&name) {
+                tracing::debug!(lock = %name, "the lease ended; unlocking");
+                state.ending.insert(name.clone());
+                state.unlock.push((held.conn, held.key, Some(name)));
             }
-            let next = state.held.values().map(|held| held.expires_at).min();
-            (std::mem::take(&mut state.unlock), next)
-        };
+        }
+        let next_end = state.held.values().map(|held| held.expires_at).min();
+        (std::mem::take(&mut state.unlock), next_end)
+    }
+
+    async fn reap(&self, work: Vec<Self::Work>) -> bool {
         for (conn, key, ended) in work {
-            let unlocked = strong.unlock(&conn, &key).await;
+            let unlocked = self.unlock(&conn, &key).await;
             if let Err(error) = &unlocked {
                 tracing::warn!(%error, "unlocking in the background failed; closing the connection");
             }
-            // Unlocked, or its connection is closed below: either way the server has let go.
-            strong.after_unlock(conn, unlocked.is_ok()).await;
+            // Unlocked, or its connection is closed here: either way the server has let go.
+            self.after_unlock(conn, unlocked.is_ok()).await;
             if let Some(name) = ended {
-                strong.state().ending.remove(&name);
+                self.state().ending.remove(&name);
             }
         }
-        drop(strong);
-        tokio::select! {
-            _ = notified => {}
-            _ = crate::wake::sleep_until_or_never(next) => {}
-        }
+        false
     }
 }

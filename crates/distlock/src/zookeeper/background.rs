@@ -2,104 +2,89 @@
 //! and the session supervisor.
 
 use super::*;
+use crate::reaper::Reap;
 
-/// Deletes nodes whose lease ended and nodes left behind, in the background. Ends with the
-/// backend.
-pub(super) async fn reap(shared: Weak<Shared>, wake: Arc<Notify>) {
-    let mut retry_at: Option<Instant> = None;
-    loop {
-        let notified = wake.notified();
-        let Some(strong) = shared.upgrade() else {
-            return;
-        };
-        let now = Instant::now();
-        let (work, next_expiry) = {
-            let mut state = strong.state();
-            let generation = state.generation;
-            let expired: Vec<(LockName, Owner)> = state
-                .held
-                .iter()
-                .filter(|(_, held)| held.expires_at <= now)
-                .map(|(key, _)| key.clone())
-                .collect();
-            for key in expired {
-                if let Some(held) = state.held.remove(&key) {
-                    tracing::debug!(lock = %key.0, "the lease ended; deleting the node");
-                    state.ending.insert(key.clone());
-                    let token = strong.url.naive.then_some(held.token);
-                    state.orphans.push(Orphan {
-                        ended: Some(key.clone()),
-                        path: held.path,
-                        token,
-                        generation: held.generation,
-                        prefix_lookups: None,
-                    });
-                }
+/// Deletes nodes whose lease ended and nodes left behind, in the background, through the
+/// client-side reaper ([`crate::reaper`]).
+impl Reap for Shared {
+    type Work = Orphan;
+
+    fn due(&self, now: Instant) -> (Vec<Orphan>, Option<Instant>) {
+        let mut state = self.state();
+        let generation = state.generation;
+        let expired: Vec<(LockName, Owner)> = state
+            .held
+            .iter()
+            .filter(|(_, held)| held.expires_at <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in expired {
+            if let Some(held) = state.held.remove(&key) {
+                tracing::debug!(lock = %key.0, "the lease ended; deleting the node");
+                state.ending.insert(key.clone());
+                let token = self.url.naive.then_some(held.token);
+                state.orphans.push(Orphan {
+                    ended: Some(key.clone()),
+                    path: held.path,
+                    token,
+                    generation: held.generation,
+                    prefix_lookups: None,
+                });
             }
-            let mut work = std::mem::take(&mut state.orphans);
-            // Nodes of an ended session are gone with it.
-            work.retain(|orphan| {
-                let keep = orphan.generation == generation;
-                if !keep && let Some(key) = &orphan.ended {
-                    state.ending.remove(key);
+        }
+        let mut work = std::mem::take(&mut state.orphans);
+        // Nodes of an ended session are gone with it.
+        work.retain(|orphan| {
+            let keep = orphan.generation == generation;
+            if !keep && let Some(key) = &orphan.ended {
+                state.ending.remove(key);
+            }
+            keep
+        });
+        let next_end = state.held.values().map(|held| held.expires_at).min();
+        (work, next_end)
+    }
+
+    async fn reap(&self, work: Vec<Orphan>) -> bool {
+        let session = self.session();
+        let mut failed = Vec::new();
+        for orphan in work {
+            if orphan.generation != session.generation {
+                if let Some(key) = &orphan.ended {
+                    self.state().ending.remove(key);
                 }
-                keep
-            });
-            let next_expiry = state.held.values().map(|held| held.expires_at).min();
-            (work, next_expiry)
-        };
-        if !work.is_empty() || retry_at.is_some_and(|at| at <= now) {
-            retry_at = None;
-            let session = strong.session();
-            let mut failed = Vec::new();
-            for orphan in work {
-                if orphan.generation != session.generation {
-                    if let Some(key) = &orphan.ended {
-                        strong.state().ending.remove(key);
-                    }
-                    continue;
-                }
-                if let Some(lookups) = orphan.prefix_lookups {
-                    match strong.delete_protected(&session, &orphan.path).await {
-                        Ok(true) => {}
-                        Ok(false) if lookups > 0 => failed.push(Orphan {
-                            prefix_lookups: Some(lookups - 1),
-                            ..orphan
-                        }),
-                        Ok(false) => {}
-                        Err(error) => {
-                            tracing::warn!(prefix = %orphan.path, %error, "looking for a lock node failed; retrying");
-                            failed.push(orphan);
-                        }
-                    }
-                    continue;
-                }
-                match strong
-                    .delete_node(&session, &orphan.path, orphan.token)
-                    .await
-                {
-                    Ok(_) => {
-                        if let Some(key) = &orphan.ended {
-                            strong.state().ending.remove(key);
-                        }
-                    }
+                continue;
+            }
+            if let Some(lookups) = orphan.prefix_lookups {
+                match self.delete_protected(&session, &orphan.path).await {
+                    Ok(true) => {}
+                    Ok(false) if lookups > 0 => failed.push(Orphan {
+                        prefix_lookups: Some(lookups - 1),
+                        ..orphan
+                    }),
+                    Ok(false) => {}
                     Err(error) => {
-                        tracing::warn!(node = %orphan.path, %error, "deleting a lock node failed; retrying");
+                        tracing::warn!(prefix = %orphan.path, %error, "looking for a lock node failed; retrying");
                         failed.push(orphan);
                     }
                 }
+                continue;
             }
-            if !failed.is_empty() {
-                strong.state().orphans.extend(failed);
-                retry_at = Some(Instant::now() + Duration::from_millis(200));
+            match self.delete_node(&session, &orphan.path, orphan.token).await {
+                Ok(_) => {
+                    if let Some(key) = &orphan.ended {
+                        self.state().ending.remove(key);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(node = %orphan.path, %error, "deleting a lock node failed; retrying");
+                    failed.push(orphan);
+                }
             }
         }
-        drop(strong);
-        let wake_at = [next_expiry, retry_at].into_iter().flatten().min();
-        tokio::select! {
-            _ = notified => {}
-            _ = crate::wake::sleep_until_or_never(wake_at) => {}
-        }
+        let retry = !failed.is_empty();
+        self.state().orphans.extend(failed);
+        retry
     }
 }
 
