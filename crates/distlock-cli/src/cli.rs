@@ -4,8 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::demo::Strategy;
+use crate::demo::hot::HotStrategy;
 use crate::failure::CliResult;
-use crate::{bench, check, demo, hot, operator};
+use crate::{bench, check, demo, operator};
 
 /// Distributed locks: the overselling demo, the lock benchmark, operator commands.
 ///
@@ -20,22 +22,22 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Several processes buy from one item's stock at once, under each locking strategy;
-    /// shows which strategies oversell.
-    Demo(DemoArgs),
+    /// shows which strategies oversell (`demo hot-item`: one lock against segments).
+    Demo(DemoCommand),
     /// Measures a backend: round-trip time, uncontended acquire+release, and contention
     /// between worker processes, each against its same-run limit.
     Bench(BenchArgs),
     /// Tells whether a lock is held.
-    Status(LockArgs),
+    Status(StatusArgs),
     /// Frees a lock whoever holds it (operators only: the holder keeps working until it
     /// notices, and only fencing tokens stop its writes).
     ForceUnlock(LockArgs),
-    /// Holds a lock until killed (for cross-process tests).
     /// Checks whether a deployment keeps distlock's promises: worker processes take one lock
     /// over and over and do fenced writes under it while the checker pauses and kills them;
     /// then the whole history is checked (exclusion, loss, fencing tokens, no lost update).
     /// Exit 0 when every promise held, 1 with the violations otherwise.
     Check(CheckArgs),
+    /// Holds a lock until killed (for cross-process tests).
     #[command(hide = true)]
     Hold(HoldArgs),
     #[command(hide = true)]
@@ -43,19 +45,62 @@ pub enum Command {
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
     #[command(hide = true)]
-    DemoHotWorker(hot::HotWorkerArgs),
+    DemoHotWorker(demo::hot::HotWorkerArgs),
     #[command(hide = true)]
     BenchWorker(bench::WorkerArgs),
 }
 
+/// `distlock demo`: the overselling demo, or with a subcommand another scenario.
+///
+/// The overselling flags and a scenario's subcommand exclude each other, so that a flag is
+/// never silently ignored.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct DemoCommand {
+    #[command(subcommand)]
+    pub scenario: Option<DemoScenario>,
+    #[command(flatten)]
+    pub oversell: DemoArgs,
+}
+
+/// The demo's other scenarios.
+#[derive(Debug, Subcommand)]
+pub enum DemoScenario {
+    /// One hot item: one lock for the item against the item split into segments, each with
+    /// its own lock, on each chosen lock backend; orders/s and the speed-up.
+    HotItem(HotItemArgs),
+}
+
+/// The servers a demo's strategies use (flattened into each scenario's arguments).
+#[derive(Debug, Args)]
+pub struct Servers {
+    /// The Redis server of the redis, redis-spin and redis-atomic strategies (and, in the
+    /// hot-item scenario, the stock of the zookeeper strategy).
+    #[arg(long, default_value = "redis://127.0.0.1:6379/")]
+    pub redis: String,
+    /// The ZooKeeper ensemble of the zookeeper strategy.
+    #[arg(long, default_value = "zk://127.0.0.1:2181/")]
+    pub zookeeper: String,
+    /// The PostgreSQL database of the pg-* strategies: the stock table and, for
+    /// pg-advisory, the advisory lock.
+    #[arg(
+        long,
+        default_value = "postgres://postgres:postgres@127.0.0.1:5432/test"
+    )]
+    pub postgres: String,
+    /// The MySQL/MariaDB database of the mysql-* strategies: the stock table and, for
+    /// mysql-named, the named lock.
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306/test")]
+    pub mysql: String,
+}
+
+/// `distlock demo` without a scenario: the overselling demo.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Strategy to run (repeatable): none, in-process, table-lock, redis, redis-spin,
-    /// zookeeper, pg-pessimistic, pg-optimistic, pg-advisory, mysql-pessimistic,
-    /// mysql-optimistic, mysql-named, redis-atomic. Default: all; a strategy whose server
-    /// does not answer is listed as unavailable, with the reason.
-    #[arg(long = "strategy", value_name = "NAME")]
-    pub strategies: Vec<String>,
+    /// Strategy to run (repeatable). Default: all; a strategy whose server does not answer
+    /// is listed as unavailable, with the reason.
+    #[arg(long = "strategy", value_name = "NAME", value_enum)]
+    pub strategies: Vec<Strategy>,
     /// Worker processes buying at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub workers: u32,
@@ -79,45 +124,57 @@ pub struct DemoArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// The Redis server of the redis and redis-spin strategies.
-    #[arg(long, default_value = "redis://127.0.0.1:6379/")]
-    pub redis: String,
-    /// The ZooKeeper ensemble of the zookeeper strategy.
-    #[arg(long, default_value = "zk://127.0.0.1:2181/")]
-    pub zookeeper: String,
-    /// The PostgreSQL database of the pg-* strategies: the stock table and, for
-    /// pg-advisory, the advisory lock.
-    #[arg(
-        long,
-        default_value = "postgres://postgres:postgres@127.0.0.1:5432/test"
-    )]
-    pub postgres: String,
-    /// The MySQL/MariaDB database of the mysql-* strategies: the stock table and, for
-    /// mysql-named, the named lock.
-    #[arg(long, default_value = "mysql://root@127.0.0.1:3306/test")]
-    pub mysql: String,
-    /// Run the hot-item scenario instead: one lock for an item against the item split into
-    /// segments, each with its own lock (--strategy: table-lock, redis, redis-spin,
-    /// zookeeper, pg-advisory, mysql-named, redis-atomic; default table-lock, redis,
-    /// redis-atomic).
-    #[arg(long)]
-    pub hot_item: bool,
-    /// Hot item: units in stock, all of them ordered one by one.
+    #[command(flatten)]
+    pub servers: Servers,
+}
+
+/// `distlock demo hot-item`: the hot-item scenario.
+#[derive(Debug, Args)]
+pub struct HotItemArgs {
+    /// Lock to run (repeatable). Default: table-lock, redis, redis-atomic; a lock whose
+    /// server does not answer is listed as unavailable, with the reason.
+    #[arg(long = "strategy", value_name = "LOCK", value_enum)]
+    pub strategies: Vec<HotStrategy>,
+    /// Units in stock, all of them ordered one by one.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    pub hot_stock: u64,
-    /// Hot item: the segments of the segmented run.
+    pub stock: u64,
+    /// The segments of the segmented run.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(2..=1000))]
-    pub hot_segments: u32,
-    /// Hot item: milliseconds of business work inside each order's critical section.
+    pub segments: u32,
+    /// Milliseconds of business work inside each order's critical section.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=10_000))]
-    pub hot_hold_ms: u64,
-    /// Hot item: concurrent buyers in each worker process.
+    pub hold_ms: u64,
+    /// Worker processes buying at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub workers: u32,
+    /// Concurrent buyers in each worker process.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub hot_tasks: u32,
-    /// Hot item: what a sale in the SQLite stock file survives: full (a power loss; one disk
-    /// sync per sale, one sale at a time per file) or normal (a crash of the process).
+    pub tasks: u32,
+    /// What a sale in the SQLite stock file survives: full (a power loss; one disk sync per
+    /// sale, one sale at a time per file) or normal (a crash of the process).
     #[arg(long, value_enum, default_value_t = Durability::Full)]
     pub sqlite_durability: Durability,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub servers: Servers,
+}
+
+/// The name clap gives `value` on the command line (the demos' reports use it too).
+pub fn value_name<T: ValueEnum>(value: &T) -> String {
+    value
+        .to_possible_value()
+        .map(|possible| possible.get_name().to_owned())
+        .unwrap_or_default()
+}
+
+/// The help clap shows for `value`: its doc comment.
+pub fn value_help<T: ValueEnum>(value: &T) -> String {
+    value
+        .to_possible_value()
+        .and_then(|possible| possible.get_help().map(ToString::to_string))
+        .unwrap_or_default()
 }
 
 /// `--sqlite-durability`: see [`distlock::stock::SqliteDurability`].
@@ -265,6 +322,16 @@ pub struct CheckWorkerArgs {
     pub long_flag: PathBuf,
 }
 
+/// `distlock status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub lock: LockArgs,
+    /// Print one JSON object instead of `locked` or `free`.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct LockArgs {
     /// The backend URL, e.g. sqlite:///var/lib/app/locks.db.
@@ -292,7 +359,14 @@ pub struct HoldArgs {
 
 pub async fn run(cli: Cli) -> CliResult {
     match cli.command {
-        Command::Demo(args) => demo::run(args).await,
+        Command::Demo(DemoCommand {
+            scenario: Some(DemoScenario::HotItem(args)),
+            ..
+        }) => demo::hot::run(args).await,
+        Command::Demo(DemoCommand {
+            scenario: None,
+            oversell,
+        }) => demo::run(oversell).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Status(args) => operator::status(args).await,
         Command::ForceUnlock(args) => operator::force_unlock(args).await,
@@ -300,7 +374,7 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Hold(args) => operator::hold(args).await,
         Command::CheckWorker(args) => check::worker(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
-        Command::DemoHotWorker(args) => hot::worker(args).await,
+        Command::DemoHotWorker(args) => demo::hot::worker(args).await,
         Command::BenchWorker(args) => bench::worker(args).await,
     }
 }

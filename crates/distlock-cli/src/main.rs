@@ -10,7 +10,7 @@ mod demo;
 mod failure;
 #[cfg(feature = "zookeeper")]
 mod herd;
-mod hot;
+mod json;
 mod operator;
 mod progress;
 mod workers;

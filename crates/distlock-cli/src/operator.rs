@@ -3,17 +3,40 @@
 use std::time::Duration;
 
 use distlock::{AcquireOptions, ConnectOptions};
+use serde::Serialize;
 
-use crate::cli::{HoldArgs, LockArgs};
+use crate::cli::{HoldArgs, LockArgs, StatusArgs};
 use crate::failure::{CliResult, Failure};
+use crate::json;
 
-pub async fn status(args: LockArgs) -> CliResult {
-    let locks = distlock::connect(&args.backend).await?;
-    let locked = locks.is_locked(&args.name).await?;
-    println!("{}", if locked { "locked" } else { "free" });
-    Ok(())
+/// What `status --json` answers.
+#[derive(Debug, Serialize)]
+struct Status<'a> {
+    lock: &'a str,
+    /// The backend's URL scheme, e.g. `redis`.
+    backend: &'a str,
+    locked: bool,
 }
 
+/// Prints whether the lock is held: `locked` or `free`, or one JSON object.
+pub async fn status(args: StatusArgs) -> CliResult {
+    let StatusArgs { lock, json } = args;
+    let locks = distlock::connect(&lock.backend).await?;
+    let locked = locks.is_locked(&lock.name).await?;
+    if json {
+        let status = Status {
+            lock: &lock.name,
+            backend: locks.backend_scheme(),
+            locked,
+        };
+        json::print_fact("status", &status)
+    } else {
+        println!("{}", if locked { "locked" } else { "free" });
+        Ok(())
+    }
+}
+
+/// Frees the lock whoever holds it, and says whether it was held.
 pub async fn force_unlock(args: LockArgs) -> CliResult {
     let locks = distlock::connect(&args.backend).await?;
     let freed = locks.force_unlock(&args.name).await?;

@@ -1,0 +1,125 @@
+//! Holders in other processes, killed with SIGKILL or stopped with SIGSTOP: their locks
+//! free within their lease (ZooKeeper: their session timeout).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use distlock::AcquireOptions;
+
+use crate::{
+    mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url, redis_url, spawn_holder,
+    sqlite_url, zookeeper_url,
+};
+
+/// The lease of the holder process the SIGKILL tests start.
+const HOLDER_LEASE: Duration = Duration::from_millis(1000);
+
+/// The backends whose locks other processes can hold, listed once.
+macro_rules! cross_process_suite {
+    ($($backend:ident => $url:expr;)*) => {$(
+        mod $backend {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn killed_holder_frees_its_lock_within_its_lease() {
+                let (url, _keep) = $url;
+                killed_holder_frees_its_lock(&url, HOLDER_LEASE + Duration::from_millis(500)).await;
+            }
+        }
+    )*};
+}
+
+cross_process_suite! {
+    sqlite => {
+        let dir = tempfile::tempdir().unwrap();
+        (sqlite_url(dir.path()), dir)
+    };
+    redis => (redis_url(), ());
+    redis_spin => (redis_url().replacen("redis://", "redis+spin://", 1), ());
+    redis_sentinel => (redis_sentinel_url(), ());
+    redis_cluster => (redis_cluster_url(), ());
+    postgres_advisory => (postgres_url(), ());
+    postgres_table => (format!("{}?mode=table", postgres_url()), ());
+    mysql_named => (mysql_url(), ());
+    mysql_table => (format!("{}?mode=table", mysql_url()), ());
+}
+
+/// ZooKeeper frees a dead holder's lock when its session expires, not at a lease: with a 2 s
+/// session timeout the server notices within the timeout plus one tick (0.5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_holder_frees_its_lock_within_the_session_timeout() {
+    let url = format!("{}?session_timeout=2s", zookeeper_url());
+    killed_holder_frees_its_lock(&url, Duration::from_millis(3000)).await;
+}
+
+/// A holder process stopped (SIGSTOP) past its session timeout: the server expires the
+/// session and grants the lock to another client, with a larger token; when the holder runs
+/// again it learns that its session expired and its guard reports the loss (exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_paused_holder_learns_its_session_expired() {
+    let url = format!("{}?session_timeout=2s", zookeeper_url());
+    let name = format!("paused/{}/{}", std::process::id(), fastrand::u64(..));
+    // A 30 s renewed lease: the loss must come from the session, not from a renewal.
+    let (mut holder, token) = spawn_holder(&url, &name, 30_000);
+    let pid = holder.id().to_string();
+    let signal = |sig: &str| {
+        let status = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(status.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let locks = distlock::connect(&url).await.unwrap();
+    let stopped_at = Instant::now();
+    let guard = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .expect("the stopped holder's session did not expire");
+    let granted_after = stopped_at.elapsed();
+    assert!(guard.fencing_token() > token);
+    signal("-CONT");
+    let resumed_at = Instant::now();
+    let status = loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            break status;
+        }
+        if resumed_at.elapsed() > Duration::from_secs(10) {
+            let _ = holder.kill();
+            panic!("the resumed holder did not learn that its session expired");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("lost"), "{stderr}");
+    eprintln!(
+        "granted to another client {granted_after:?} after the stop; the holder knew {:?} after it resumed",
+        resumed_at.elapsed()
+    );
+    guard.release().await.unwrap();
+}
+
+async fn killed_holder_frees_its_lock(url: &str, bound: Duration) {
+    let lease = HOLDER_LEASE;
+    let name = format!("killed/{}/{}", std::process::id(), fastrand::u64(..));
+    let (mut holder, token) = spawn_holder(url, &name, lease.as_millis() as u64);
+    let locks = distlock::connect(url).await.unwrap();
+    assert!(locks.is_locked(&name).await.unwrap());
+    let mutex = locks.mutex(name.as_str()).unwrap();
+    assert!(
+        mutex.try_acquire().await.unwrap().is_none(),
+        "granted while another process holds it"
+    );
+    holder.kill().expect("SIGKILL the holder");
+    let killed_at = Instant::now();
+    holder.wait().unwrap();
+    let guard = mutex
+        .acquire_with(AcquireOptions::new().wait(bound * 3))
+        .await
+        .expect("the killed holder's lock never freed");
+    let freed_after = killed_at.elapsed();
+    assert!(freed_after <= bound, "freed after {freed_after:?}");
+    assert!(guard.fencing_token() > token);
+    guard.release().await.unwrap();
+}

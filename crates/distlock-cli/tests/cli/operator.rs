@@ -1,0 +1,98 @@
+//! Operator commands (`status`, `force-unlock`) on a lock another process holds, and bad
+//! input on every command.
+
+use std::time::{Duration, Instant};
+
+use crate::{distlock, spawn_holder, sqlite_url, stdout_json};
+
+/// Bad input on any command: exit 2 and an error on stderr, never a panic.
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let cases: &[&[&str]] = &[
+        &["status", "--backend", "nope://x", "a"],
+        &["status", "--backend", "no-scheme", "a"],
+        &["status", "--backend", "sqlite:///no/such/dir/x.db", "a"],
+        &["status", "--backend", &url, ""],
+        &[
+            "bench",
+            "--backend",
+            "etcd://127.0.0.1",
+            "--duration-s",
+            "1",
+        ],
+        &["demo", "--workers", "0"],
+        &["demo", "--strategy", "bogus"],
+        &["demo", "--db", "/no/such/dir/x.db"],
+        // The old mode flag; the hot-item scenario is a subcommand now.
+        &["demo", "--hot-item"],
+        // A flag of the overselling demo with the hot-item scenario, either side of it.
+        &["demo", "--stock", "5", "hot-item"],
+        &["demo", "hot-item", "--orders", "5"],
+        &["demo", "hot-item", "--strategy", "none"],
+        &["demo", "hot-item", "--segments", "1"],
+        &["hold", "--backend", &url, "--name", "x", "--lease-ms", "0"],
+        &["bench", "--backend", &url, "--hold-ms", "-1"],
+    ];
+    for args in cases {
+        let output = distlock(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("error"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+/// `status` (as text and as JSON) and `force-unlock` on a lock another process holds; the
+/// holder learns of the loss.
+#[test]
+fn operator_commands_see_and_free_a_lock_held_by_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let (mut holder, _token) = spawn_holder(&url, "orders/42", 300);
+    let status = distlock(&["status", "--backend", &url, "orders/42"]);
+    assert_eq!(String::from_utf8_lossy(&status.stdout).trim(), "locked");
+    let status = stdout_json(&distlock(&[
+        "status",
+        "--backend",
+        &url,
+        "orders/42",
+        "--json",
+    ]));
+    assert_eq!(
+        status,
+        serde_json::json!({
+            "command": "status",
+            "lock": "orders/42",
+            "backend": "sqlite",
+            "locked": true,
+        })
+    );
+    let freed = distlock(&["force-unlock", "--backend", &url, "orders/42"]);
+    assert_eq!(String::from_utf8_lossy(&freed.stdout).trim(), "freed");
+    // The holder notices at its next renewal and exits 1 with a lock-lost message.
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = holder.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "holder did not notice the loss"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(holder.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("lost"), "{stderr}");
+    let status = stdout_json(&distlock(&[
+        "status",
+        "--json",
+        "--backend",
+        &url,
+        "orders/42",
+    ]));
+    assert_eq!(status["locked"], false, "{status}");
+}
