@@ -5,6 +5,7 @@
 
 use std::process::Command;
 
+use distlock::conformance::servers;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_distlock");
@@ -60,21 +61,19 @@ fn check_finds_the_overlaps_of_a_lock_that_is_not_distributed() {
 }
 
 fn redis_url() -> String {
-    std::env::var("DISTLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+    servers::REDIS.url()
 }
 
 fn postgres_url() -> String {
-    std::env::var("DISTLOCK_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1:5432/test".into())
+    servers::POSTGRES.url()
 }
 
 fn mysql_url() -> String {
-    std::env::var("DISTLOCK_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+    servers::MYSQL.url()
 }
 
 fn zk_url() -> String {
-    std::env::var("DISTLOCK_ZK_URL").unwrap_or_else(|_| "zk://127.0.0.1:2181/".into())
+    servers::ZOOKEEPER.url()
 }
 
 macro_rules! check_suite {

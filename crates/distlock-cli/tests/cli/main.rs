@@ -11,6 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
+use distlock::conformance::servers;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_distlock");
@@ -74,37 +75,30 @@ fn json_report(output: &Output, command: &str) -> Value {
     report
 }
 
-/// The Redis server `scripts/test` makes sure of (`DISTLOCK_REDIS_URL` overrides).
+// The servers `scripts/test` makes sure of, as `distlock::conformance::servers` lists them
+// (their variables override the URLs; a missing server fails the test with the command
+// that starts it).
+
 fn redis_url() -> String {
-    std::env::var("DISTLOCK_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+    servers::REDIS.url()
 }
 
-/// The MariaDB database `scripts/test` makes sure of (`DISTLOCK_MYSQL_URL` overrides).
 fn mysql_url() -> String {
-    std::env::var("DISTLOCK_MYSQL_URL")
-        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+    servers::MYSQL.url()
 }
 
-/// The PostgreSQL database `scripts/test` makes sure of (`DISTLOCK_POSTGRES_URL` overrides).
 fn postgres_url() -> String {
-    std::env::var("DISTLOCK_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres:postgres@127.0.0.1:5432/test".into())
+    servers::POSTGRES.url()
 }
 
-/// The Sentinel group `scripts/test` starts (`DISTLOCK_REDIS_SENTINEL_URL` overrides).
 fn redis_sentinel_url() -> String {
-    std::env::var("DISTLOCK_REDIS_SENTINEL_URL").unwrap_or_else(|_| {
-        "redis+sentinel://127.0.0.1:6382,127.0.0.1:6383,127.0.0.1:6384/distlock".into()
-    })
+    servers::REDIS_SENTINEL.url()
 }
 
-/// The Cluster `scripts/test` starts (`DISTLOCK_REDIS_CLUSTER_URL` overrides).
 fn redis_cluster_url() -> String {
-    std::env::var("DISTLOCK_REDIS_CLUSTER_URL")
-        .unwrap_or_else(|_| "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002/".into())
+    servers::REDIS_CLUSTER.url()
 }
 
-/// The standalone ZooKeeper server `scripts/test` starts (`DISTLOCK_ZK_URL` overrides).
 fn zookeeper_url() -> String {
-    std::env::var("DISTLOCK_ZK_URL").unwrap_or_else(|_| "zk://127.0.0.1:2181/".into())
+    servers::ZOOKEEPER.url()
 }

@@ -39,8 +39,20 @@ fn bad_input_exits_2_with_one_line() {
         let output = distlock(args);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains("error"), "{args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        // distlock's own errors are one line; clap's add usage and a hint, around one error
+        // line.
+        let lines: Vec<&str> = stderr
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .collect();
+        if stderr.starts_with("distlock: error: ") {
+            assert_eq!(lines.len(), 1, "{args:?}: not one line: {stderr}");
+        } else {
+            assert!(stderr.starts_with("error: "), "{args:?}: {stderr}");
+            let errors = lines.iter().filter(|line| line.contains("error")).count();
+            assert_eq!(errors, 1, "{args:?}: not one error line: {stderr}");
+        }
     }
 }
 
