@@ -162,25 +162,13 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
         });
     }
     match scheme.kind {
-        BackendKind::Memory => {
-            let (base, _) = scheme::Query::parse(url)?;
-            let name = base.strip_prefix("memory://").unwrap_or_default();
-            Ok(Arc::new(if name.is_empty() {
-                memory::MemoryBackend::new()
-            } else {
-                memory::MemoryBackend::named(name)
-            }))
-        }
+        BackendKind::Memory => memory::connect(url).await,
         #[cfg(feature = "sqlite")]
-        BackendKind::Sqlite => Ok(Arc::new(
-            sqlite::SqliteBackend::open(url.trim_start_matches("sqlite://")).await?,
-        )),
+        BackendKind::Sqlite => sqlite::connect(url).await,
         #[cfg(feature = "redis")]
-        BackendKind::Redis => Ok(Arc::new(crate::redis::RedisBackend::connect(url).await?)),
+        BackendKind::Redis => crate::redis::connect(url).await,
         #[cfg(feature = "zookeeper")]
-        BackendKind::ZooKeeper => Ok(Arc::new(
-            crate::zookeeper::ZooKeeperBackend::connect(url).await?,
-        )),
+        BackendKind::ZooKeeper => crate::zookeeper::connect(url).await,
         #[cfg(feature = "postgres")]
         BackendKind::Postgres => crate::postgres::connect(url).await,
         #[cfg(feature = "mysql")]

@@ -117,6 +117,21 @@ impl State {
     }
 }
 
+/// The store a `memory://` URL names: a new private one, or with `memory://NAME` the store
+/// called NAME shared by every client of this process that uses the same URL.
+///
+/// # Errors
+/// [`Error::InvalidInput`](crate::Error::InvalidInput) for a query option (there are none).
+pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
+    let (base, _) = crate::scheme::Query::parse(url)?;
+    let name = base.strip_prefix("memory://").unwrap_or_default();
+    Ok(Arc::new(if name.is_empty() {
+        MemoryBackend::new()
+    } else {
+        MemoryBackend::named(name)
+    }))
+}
+
 #[async_trait]
 impl Backend for MemoryBackend {
     fn scheme(&self) -> &'static str {

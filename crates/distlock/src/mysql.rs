@@ -177,10 +177,13 @@ fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX / 2)
 }
 
-/// The two ways to lock in MySQL.
+/// The two ways to lock in MySQL and MariaDB (`?mode=` in a URL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+#[non_exhaustive]
+pub enum Mode {
+    /// Named locks (`GET_LOCK`), each on a connection the lock owns (the default).
     Named,
+    /// The table-record lock (`?mode=table`).
     Table,
 }
 
@@ -215,6 +218,31 @@ fn parse_url(url: &str) -> Result<(MySqlConnectOptions, Mode)> {
 /// reached or the tables cannot be made.
 pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     let (options, mode) = parse_url(url)?;
+    connect_with(options, mode).await
+}
+
+/// The backend of `mode` for the database of a pool the application already has. It opens
+/// connections of its own with the pool's connect options, set to UTC (the lease arithmetic
+/// reads the server's clock in the session's time zone, which the pool's connections may not
+/// use; and each named lock lives in a connection it owns). Makes the tables if missing.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::MySqlPool) -> distlock::Result<()> {
+/// let backend = distlock::mysql::from_pool(&pool, distlock::mysql::Mode::Named).await?;
+/// let locks = distlock::Locks::with_backend(backend, distlock::ConnectOptions::new())?;
+/// # let _ = locks;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// [`Error::Backend`] when the server cannot be reached or the tables cannot be made.
+pub async fn from_pool(pool: &MySqlPool, mode: Mode) -> Result<Arc<dyn Backend>> {
+    let options = (*pool.connect_options()).clone();
+    connect_with(options.timezone(Some("+00:00".to_owned())), mode).await
+}
+
+async fn connect_with(options: MySqlConnectOptions, mode: Mode) -> Result<Arc<dyn Backend>> {
     match mode {
         Mode::Table => Ok(Arc::new(MySqlTableBackend {
             pool: open_pool(options, POOL_SIZE).await?,

@@ -185,10 +185,13 @@ pub struct PostgresBackend {
     _stop: Arc<oneshot::Sender<()>>,
 }
 
-/// The two ways to lock in PostgreSQL.
+/// The two ways to lock in PostgreSQL (`?mode=` in a URL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+#[non_exhaustive]
+pub enum Mode {
+    /// Session advisory locks, each on a connection the lock owns (the default).
     Advisory,
+    /// The table-record lock, with LISTEN/NOTIFY wake-up (`?mode=table`).
     Table,
 }
 
@@ -233,6 +236,34 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     }
 }
 
+/// The backend of `mode` over a pool the application already has. The backend's own
+/// statements use the pool; advisory locks open connections of their own with the pool's
+/// connect options (each lock lives in a connection it owns, so they cannot be borrowed from
+/// a pool). Makes the tables if missing.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> distlock::Result<()> {
+/// let backend = distlock::postgres::from_pool(pool, distlock::postgres::Mode::Advisory).await?;
+/// let locks = distlock::Locks::with_backend(backend, distlock::ConnectOptions::new())?;
+/// # let _ = locks;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// [`Error::Backend`] when the tables cannot be made or the listening connection cannot be
+/// opened.
+pub async fn from_pool(pool: PgPool, mode: Mode) -> Result<Arc<dyn Backend>> {
+    make_tables(&pool).await?;
+    match mode {
+        Mode::Table => Ok(Arc::new(PostgresBackend::with_pool(pool).await?)),
+        Mode::Advisory => {
+            let options = (*pool.connect_options()).clone();
+            Ok(Arc::new(PgAdvisoryBackend::with_pool(options, pool)))
+        }
+    }
+}
+
 /// A pool for the backend's own statements, with the tables made.
 async fn open_pool(options: PgConnectOptions, size: u32) -> Result<PgPool> {
     let pool = PgPoolOptions::new()
@@ -241,6 +272,11 @@ async fn open_pool(options: PgConnectOptions, size: u32) -> Result<PgPool> {
         .connect_with(options)
         .await
         .map_err(db_error("connect"))?;
+    make_tables(&pool).await?;
+    Ok(pool)
+}
+
+async fn make_tables(pool: &PgPool) -> Result<()> {
     let mut tx = pool.begin().await.map_err(db_error("create the tables"))?;
     for statement in SCHEMA {
         sqlx::query(statement)
@@ -248,8 +284,7 @@ async fn open_pool(options: PgConnectOptions, size: u32) -> Result<PgPool> {
             .await
             .map_err(db_error("create the tables"))?;
     }
-    tx.commit().await.map_err(db_error("create the tables"))?;
-    Ok(pool)
+    tx.commit().await.map_err(db_error("create the tables"))
 }
 
 impl PostgresBackend {
@@ -270,7 +305,11 @@ impl PostgresBackend {
     }
 
     async fn connect_with(options: PgConnectOptions) -> Result<Self> {
-        let pool = open_pool(options, POOL_SIZE).await?;
+        Self::with_pool(open_pool(options, POOL_SIZE).await?).await
+    }
+
+    /// Over `pool`, whose tables are made: starts listening for releases.
+    async fn with_pool(pool: PgPool) -> Result<Self> {
         let mut listener = PgListener::connect_with(&pool)
             .await
             .map_err(db_error("listen for releases"))?;

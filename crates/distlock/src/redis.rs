@@ -32,96 +32,30 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use redis::Script;
-use redis::cluster::ClusterClientBuilder;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use tokio::sync::watch;
 
-use self::deployment::{Commands, Deployment, Following};
-use self::hub::{ReleaseHub, Source};
+use self::deployment::Commands;
+use self::hub::ReleaseHub;
 
 use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
+mod connect;
 pub(crate) mod deployment;
 mod hub;
+mod scripts;
 mod waiter;
 
 use self::waiter::{Queued, RedisWaiter, SpinWaiter};
 
 const SCHEME: &str = "redis";
-
-/// KEYS: lock, fence. ARGV: owner, lease ms.
-/// Returns {1, token, holds} when granted, {0, pttl} when held by another owner.
-const ACQUIRE: &str = include_str!("redis/lua/acquire.lua");
-
-/// Lua: the two ways an acquire succeeds, shared by the acquire scripts. `grant` makes a new
-/// grant with the next fencing token; `reenter` adds a hold to the owner's grant and never
-/// shortens its lease.
-///
-/// The token is the larger of the counter plus one and the server's clock in microseconds.
-/// The counter alone would go back after a failover that lost the last grants, or after a
-/// restart of a server that keeps nothing on disk; with the clock, tokens keep growing across
-/// both, as long as the new master's clock is not behind the old one's by more than the time
-/// the failover took. (Lua numbers are doubles: exact up to 2^53, about 285 years of
-/// microseconds.)
-const GRANTING: &str = include_str!("redis/lua/granting.lua");
-
-/// Lua: the first waiter of a fair queue whose ticket is fresh, removing stale ones; nil when
-/// none. And `pass_on`: gives a lock that was just freed to that waiter. Prefixed to the
-/// scripts that need them (after GRANTING).
-///
-/// Queue members are waiter ids, `<owner>#<n>`: one owner may wait in several tasks. A
-/// waiter's terms (`<lease ms> <refresh number>`) say how long a lease it wants and which of
-/// its refreshes the server saw last. A waiter with a lease hands over at once: `pass_on`
-/// grants it the lock, marks the grant `:handoff` = its id and `:seq` = that refresh number,
-/// and announces `!<id> <token> <refresh number>`; the waiter holds the lock as soon as the
-/// message arrives, without asking. A waiter without one (lease 0: too short to hand over
-/// safely) is only named, and asks.
-const LIVE_HEAD: &str = include_str!("redis/lua/live_head.lua");
-
-/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: owner, stale ms.
-/// Returns the holds left (0: freed and passed on), -1 when free, -2 when held by another.
-/// A freed lock goes to the first queued waiter (fair mode), or is announced to anyone.
-const RELEASE: &str = include_str!("redis/lua/release.lua");
-
-/// KEYS: lock, fence, queue, seen, terms. ARGV: owner, lease ms, stale ms.
-/// As ACQUIRE, but a free lock goes only to an owner whose waiter is first in the queue (or
-/// anyone when nobody waits): returns {0, -3} when it is reserved for another.
-const ACQUIRE_FAIR: &str = include_str!("redis/lua/acquire_fair.lua");
-
-/// KEYS: queue, seen, ticket, terms, lock. ARGV: waiter id, lease ms (0: do not hand over),
-/// refresh number. If the lock was handed to this waiter and it has not taken it yet, takes
-/// it: {1, token, refresh number}. Otherwise queues the waiter at the back unless it is
-/// queued, marks it seen now, records its terms: {0}. Also the refresh.
-const ENQUEUE: &str = include_str!("redis/lua/enqueue.lua");
-
-/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: waiter id, stale ms. Leaves the
-/// queue. A lock handed to this waiter and not taken is given back (one hold); a free lock is
-/// passed on to the next waiter.
-const LEAVE: &str = include_str!("redis/lua/leave.lua");
-
-/// KEYS: lock. ARGV: owner, lease ms. Returns 1 when extended, -1 when free, -2 when held by
-/// another.
-const EXTEND: &str = include_str!("redis/lua/extend.lua");
-
-/// KEYS: the locks. ARGV: lease ms, then one owner per key. Returns 1 or 0 per key.
-const RENEW: &str = include_str!("redis/lua/renew.lua");
-
-/// No KEYS. ARGV: lease ms, then lock key and owner pairs, all served by the node that runs
-/// it. As RENEW, for a Cluster node: the keys are not declared because they span slots,
-/// which Redis 7 allows with this flag for keys of the node's own slots (and refuses
-/// otherwise, as after a slot moved).
-const RENEW_ON_NODE: &str = include_str!("redis/lua/renew_on_node.lua");
-
-/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: stale ms. Returns 1 when the lock
-/// was held; the freed lock is passed on as by a release.
-const FORCE_UNLOCK: &str = include_str!("redis/lua/force_unlock.lua");
 
 /// A queued waiter not seen for this long is skipped (fair mode).
 const TICKET_STALE: Duration = Duration::from_secs(1);
@@ -174,22 +108,11 @@ impl Keys {
     }
 }
 
-struct Scripts {
-    acquire: Script,
-    acquire_fair: Script,
-    release: Script,
-    extend: Script,
-    renew: Script,
-    force_unlock: Script,
-    enqueue: Script,
-    leave: Script,
-}
-
 /// The reentrant lock on a standalone Redis server.
 #[derive(Clone)]
 pub struct RedisBackend {
     connection: Commands,
-    scripts: Arc<Scripts>,
+    scripts: Arc<scripts::Scripts>,
     releases: Arc<ReleaseHub>,
     /// Wait by polling instead of pub/sub.
     spin: bool,
@@ -218,132 +141,12 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-impl RedisBackend {
-    /// Connects to the deployment a `redis://`, `redis+spin://`, `redis+sentinel://` or
-    /// `redis+cluster://` URL names.
-    ///
-    /// # Errors
-    /// [`Error::InvalidInput`] for a URL that cannot be parsed; [`Error::Backend`] when the
-    /// servers cannot be reached.
-    pub async fn connect(url: &str) -> Result<Self> {
-        let target = deployment::parse(url)?;
-        if target.scheme == "rediss" {
-            // The TLS library needs a crypto provider; an application that chose one keeps it.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        // Fair by default; the spin lock cannot be fair (nobody is told whose turn it is).
-        let fair = target.options.fair.unwrap_or(!target.options.spin);
-        let mut cluster = false;
-        let (connection, source) = match target.deployment {
-            Deployment::Standalone(url) => {
-                let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                    .map_err(|e| {
-                        Error::invalid(
-                            "URL",
-                            format!("{e}; write redis://[user:password@]host[:port][/db]"),
-                        )
-                    })?
-                    .set_tcp_settings(deployment::tcp_settings());
-                let client = match &target.options.ca {
-                    None => redis::Client::open(info),
-                    Some(path) => {
-                        let root_cert = std::fs::read(path).map_err(|e| {
-                            Error::invalid(
-                                "URL",
-                                format!("ca={path}: cannot read the CA certificate: {e}"),
-                            )
-                        })?;
-                        let certificates = redis::TlsCertificates {
-                            client_tls: None,
-                            root_cert: Some(root_cert),
-                        };
-                        redis::Client::build_with_tls(info, certificates)
-                    }
-                }
-                .map_err(|e| Error::invalid("URL", e.to_string()))?;
-                let connection = deployment::standalone(&client)
-                    .await
-                    .map_err(backend_error("connect"))?;
-                (connection, Source::Server(Box::new(client)))
-            }
-            Deployment::Sentinel {
-                sentinels,
-                service,
-                db,
-                username,
-                password,
-            } => {
-                let following = Following::new(sentinels, &service, db, username, password)?;
-                // Find the master now, so that a wrong address fails here.
-                let mut connection = Commands::Sentinel(following.clone());
-                let _: String = redis::cmd("PING")
-                    .query_async(&mut connection)
-                    .await
-                    .map_err(backend_error("connect"))?;
-                (connection, Source::Sentinel(following))
-            }
-            Deployment::Cluster {
-                nodes,
-                username,
-                password,
-            } => {
-                cluster = true;
-                let (pushes, receiver) = tokio::sync::mpsc::unbounded_channel();
-                let mut builder = ClusterClientBuilder::new(nodes)
-                    .use_protocol(redis::ProtocolVersion::RESP3)
-                    .push_sender(pushes)
-                    .tcp_settings(deployment::tcp_settings())
-                    .connection_timeout(deployment::CONNECT_TIMEOUT)
-                    .response_timeout(deployment::RESPONSE_TIMEOUT)
-                    // At most once: a request whose reply was lost is not sent again (it may
-                    // have run); `deployment::cluster_command` resends only refused ones.
-                    .retries(0);
-                if let Some(username) = username {
-                    builder = builder.username(username);
-                }
-                if let Some(password) = password {
-                    builder = builder.password(password);
-                }
-                let connection = builder
-                    .build()
-                    .map_err(|e| Error::invalid("URL", e.to_string()))?
-                    .get_async_connection()
-                    .await
-                    .map_err(backend_error("connect"))?;
-                let source = Source::Cluster {
-                    connection: connection.clone(),
-                    pushes: StdMutex::new(Some(receiver)),
-                };
-                (Commands::Cluster(connection), source)
-            }
-        };
-        // A Cluster announces releases on the lock's shard only.
-        let publish = if cluster { "spublish" } else { "publish" };
-        let script =
-            |text: String| Script::new(&text.replace("'publish'", &format!("'{publish}'")));
-        Ok(RedisBackend {
-            connection,
-            scripts: Arc::new(Scripts {
-                acquire: script(format!("{GRANTING}{ACQUIRE}")),
-                acquire_fair: script(format!("{GRANTING}{LIVE_HEAD}{ACQUIRE_FAIR}")),
-                release: script(format!("{GRANTING}{LIVE_HEAD}{RELEASE}")),
-                extend: script(EXTEND.to_owned()),
-                renew: script(RENEW.to_owned()),
-                force_unlock: script(format!("{GRANTING}{LIVE_HEAD}{FORCE_UNLOCK}")),
-                enqueue: script(ENQUEUE.to_owned()),
-                leave: script(format!("{GRANTING}{LIVE_HEAD}{LEAVE}")),
-            }),
-            releases: Arc::new(ReleaseHub::new(source)),
-            scheme: if target.options.spin && target.scheme == "redis" {
-                "redis+spin"
-            } else {
-                target.scheme
-            },
-            spin: target.options.spin,
-            fair,
-            cluster,
-        })
-    }
+/// Connects to the deployment a Redis URL names; see [`RedisBackend::connect`].
+///
+/// # Errors
+/// As [`RedisBackend::connect`].
+pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(RedisBackend::connect(url).await?))
 }
 
 #[async_trait]
@@ -662,7 +465,7 @@ impl RedisBackend {
         };
         // EVAL, not EVALSHA: sent once per node and renewal round, and never NOSCRIPT.
         let mut call = redis::cmd("EVAL");
-        call.arg(RENEW_ON_NODE).arg(0).arg(millis(lease));
+        call.arg(scripts::RENEW_ON_NODE).arg(0).arg(millis(lease));
         for &i in &share {
             call.arg(&keys[i]).arg(locks[i].1.as_str());
         }

@@ -274,6 +274,15 @@ impl SqliteBackend {
     }
 }
 
+/// Opens (or makes) the lock file a `sqlite://` URL names; see [`SqliteBackend::open`].
+///
+/// # Errors
+/// As [`SqliteBackend::open`].
+pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
+    let rest = url.strip_prefix("sqlite://").unwrap_or(url);
+    Ok(Arc::new(SqliteBackend::open(rest).await?))
+}
+
 #[async_trait]
 impl Backend for SqliteBackend {
     fn scheme(&self) -> &'static str {

@@ -66,6 +66,7 @@ impl ReleaseSignals {
     }
 
     /// Wakes every waiter: after the feed of releases was interrupted, some may be missed.
+    #[cfg(feature = "postgres")]
     pub(crate) fn signal_all(&self) {
         let mut names = self.names();
         names.retain(|_, sender| sender.receiver_count() > 0);

@@ -329,6 +329,15 @@ fn state_error(state: zk::SessionState) -> zk::Error {
     }
 }
 
+/// Connects to the ensemble a `zk://` or `zk+naive://` URL names; see
+/// [`ZooKeeperBackend::connect`].
+///
+/// # Errors
+/// As [`ZooKeeperBackend::connect`].
+pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(ZooKeeperBackend::connect(url).await?))
+}
+
 #[async_trait]
 impl Backend for ZooKeeperBackend {
     fn scheme(&self) -> &'static str {

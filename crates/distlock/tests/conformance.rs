@@ -58,6 +58,24 @@ distlock::conformance_suite!(redis, Target::new(redis("redis")));
 distlock::conformance_suite!(redis_spin, Target::new(redis("redis+spin")));
 #[cfg(feature = "redis")]
 distlock::conformance_suite!(redis_unfair, Target::new(redis_unfair()));
+/// The lock over a `redis::Client` the application already has, opened through a factory as a
+/// backend outside this crate would be.
+#[cfg(feature = "redis")]
+fn redis_from_client() -> Target {
+    let url = redis("redis");
+    Target::from_factory(format!("{url} (from a client)"), move || {
+        let client = ::redis::Client::open(url.as_str()).expect("a valid Redis URL");
+        async move {
+            let backend = distlock::redis::RedisBackend::from_client(client).await?;
+            let backend: std::sync::Arc<dyn distlock::backend::Backend> =
+                std::sync::Arc::new(backend);
+            Ok(backend)
+        }
+    })
+}
+
+#[cfg(feature = "redis")]
+distlock::conformance_suite!(redis_from_client, redis_from_client());
 #[cfg(feature = "redis")]
 distlock::wire_fault_suite!(redis_wire, Target::new(redis("redis")));
 #[cfg(feature = "redis")]

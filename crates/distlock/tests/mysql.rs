@@ -22,6 +22,30 @@ distlock::conformance_suite!(mysql_named, Target::new(named()));
 distlock::wire_fault_suite!(mysql_table_wire, Target::new(table()));
 distlock::wire_fault_suite!(mysql_named_wire, Target::new(named()));
 
+/// A backend made from an application's own pool, opened through a factory as a backend
+/// outside this crate would be.
+fn from_pool(mode: distlock::mysql::Mode) -> Target {
+    let url = database();
+    Target::from_factory(format!("{url} ({mode:?}, from a pool)"), move || {
+        let url = url.clone();
+        async move {
+            let pool = sqlx::MySqlPool::connect(&url)
+                .await
+                .expect("the application's pool");
+            distlock::mysql::from_pool(&pool, mode).await
+        }
+    })
+}
+
+distlock::conformance_suite!(
+    mysql_named_from_pool,
+    from_pool(distlock::mysql::Mode::Named)
+);
+distlock::conformance_suite!(
+    mysql_table_from_pool,
+    from_pool(distlock::mysql::Mode::Table)
+);
+
 /// Kills the connection holding the named lock `name`, as an administrator would (`KILL`).
 async fn kill_the_connection_holding(url: &str, name: &str) {
     let admin = sqlx::MySqlPool::connect(url).await.unwrap();

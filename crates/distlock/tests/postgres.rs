@@ -1,5 +1,6 @@
 //! The PostgreSQL backend on the real server `scripts/test` makes sure of: the conformance
-//! suite on advisory locks and on the table-record lock, and a killed lock connection.
+//! suite on advisory locks and on the table-record lock (from a URL and from a pool), and a
+//! killed lock connection.
 
 use distlock::conformance::{Target, servers};
 
@@ -19,6 +20,30 @@ distlock::conformance_suite!(postgres_table, Target::new(table()));
 distlock::conformance_suite!(postgres_advisory, Target::new(advisory()));
 distlock::wire_fault_suite!(postgres_table_wire, Target::new(table()));
 distlock::wire_fault_suite!(postgres_advisory_wire, Target::new(advisory()));
+
+/// A backend made from an application's own pool, opened through a factory as a backend
+/// outside this crate would be.
+fn from_pool(mode: distlock::postgres::Mode) -> Target {
+    let url = database();
+    Target::from_factory(format!("{url} ({mode:?}, from a pool)"), move || {
+        let url = url.clone();
+        async move {
+            let pool = sqlx::PgPool::connect(&url)
+                .await
+                .expect("the application's pool");
+            distlock::postgres::from_pool(pool, mode).await
+        }
+    })
+}
+
+distlock::conformance_suite!(
+    postgres_advisory_from_pool,
+    from_pool(distlock::postgres::Mode::Advisory)
+);
+distlock::conformance_suite!(
+    postgres_table_from_pool,
+    from_pool(distlock::postgres::Mode::Table)
+);
 
 use std::time::Duration;
 

@@ -33,7 +33,7 @@ pub(crate) async fn keeper(
     mut session: Option<watch::Receiver<SessionStatus>>,
 ) {
     let mut next_renewal: Option<Instant> = None;
-    let mut renewal: Option<JoinHandle<()>> = None;
+    let mut renewal: Option<JoinHandle<bool>> = None;
     let mut renewal_started = Instant::now();
     let mut check: Option<JoinHandle<()>> = None;
     let mut check_wanted = false;
@@ -111,10 +111,17 @@ pub(crate) async fn keeper(
             _ = session_changed => {}
             ended = join_or_never(&mut renewal) => {
                 renewal = None;
-                // Keep the cadence from the start of the renewal that ended: a slow or
-                // failed one is followed by the next at once rather than an interval later.
-                next_renewal = Some(renewal_started + interval);
-                report_task_end(ended, "renewal");
+                // Keep the cadence from the start of the renewal that ended: a slow one is
+                // followed by the next at once rather than an interval later. One that failed
+                // (an error, no answer, a panic) is tried again a quarter interval later, so
+                // that a lock gets several tries before its deadline.
+                let answered = matches!(ended, Ok(true));
+                next_renewal = Some(if answered {
+                    renewal_started + interval
+                } else {
+                    (renewal_started + interval).min(Instant::now() + interval / 4)
+                });
+                report_task_end(ended.map(drop), "renewal");
             }
             ended = join_or_never(&mut check) => {
                 check = None;
@@ -125,7 +132,7 @@ pub(crate) async fn keeper(
 }
 
 /// Waits for the task in `task`, or forever when there is none.
-async fn join_or_never(task: &mut Option<JoinHandle<()>>) -> Result<(), JoinError> {
+async fn join_or_never<T>(task: &mut Option<JoinHandle<T>>) -> Result<T, JoinError> {
     match task {
         Some(handle) => handle.await,
         None => std::future::pending().await,
@@ -198,7 +205,9 @@ fn expire_overdue(inner: &ClientInner, now: Instant) {
     }
 }
 
-async fn renew_all(inner: Arc<ClientInner>) {
+/// Renews every renewed lock of the client, in batches. True when every batch was answered.
+async fn renew_all(inner: Arc<ClientInner>) -> bool {
+    let mut answered = true;
     let lease = inner.options.lease_duration();
     let batch: Vec<((LockName, Owner), Arc<Grant>, Instant)> = {
         let registry = inner.registry();
@@ -261,13 +270,17 @@ async fn renew_all(inner: Arc<ClientInner>) {
                     answered = renewed.len(),
                     "the backend answered a renewal for a different number of locks"
                 );
+                answered = false;
             }
             Ok(Err(error)) => {
                 tracing::warn!(locks = locks.len(), %error, "renewal failed");
+                answered = false;
             }
             Err(_elapsed) => {
                 tracing::warn!(locks = locks.len(), "renewal timed out");
+                answered = false;
             }
         }
     }
+    answered
 }

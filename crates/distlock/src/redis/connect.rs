@@ -1,0 +1,178 @@
+//! Making a [`RedisBackend`]: from a URL (one function per deployment: a standalone server, a
+//! Sentinel group, a Cluster), or from a `redis::Client` the application already has.
+
+use std::sync::{Arc, Mutex as StdMutex};
+
+use redis::cluster::ClusterClientBuilder;
+
+use super::deployment::{self, Commands, Deployment, Following, Options};
+use super::hub::{ReleaseHub, Source};
+use super::scripts::Scripts;
+use super::{RedisBackend, backend_error};
+use crate::error::{Error, Result};
+
+impl RedisBackend {
+    /// Connects to the deployment a `redis://`, `rediss://`, `redis+spin://`,
+    /// `redis+sentinel://` or `redis+cluster://` URL names.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a URL that cannot be parsed; [`Error::Backend`] when the
+    /// servers cannot be reached.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let target = deployment::parse(url)?;
+        if target.scheme == "rediss" {
+            // The TLS library needs a crypto provider; an application that chose one keeps it.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let (connection, source) = match target.deployment {
+            Deployment::Standalone(url) => standalone(&url, &target.options).await?,
+            Deployment::Sentinel {
+                sentinels,
+                service,
+                db,
+                username,
+                password,
+            } => sentinel(Following::new(sentinels, &service, db, username, password)?).await?,
+            Deployment::Cluster {
+                nodes,
+                username,
+                password,
+            } => cluster(nodes, username, password).await?,
+        };
+        let scheme = if target.options.spin && target.scheme == "redis" {
+            "redis+spin"
+        } else {
+            target.scheme
+        };
+        Ok(Self::assemble(connection, source, scheme, &target.options))
+    }
+
+    /// The lock on the standalone server of a `redis::Client` the application already has:
+    /// fair, woken by pub/sub, as a `redis://` URL without options gives. The backend opens
+    /// its own connections from the client (one for commands, one for pub/sub).
+    ///
+    /// ```no_run
+    /// # async fn f() -> distlock::Result<()> {
+    /// let client = redis::Client::open("redis://127.0.0.1:6379/").expect("a valid URL");
+    /// let backend = distlock::redis::RedisBackend::from_client(client).await?;
+    /// let locks = distlock::Locks::with_backend(
+    ///     std::sync::Arc::new(backend),
+    ///     distlock::ConnectOptions::new(),
+    /// )?;
+    /// # let _ = locks;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the server cannot be reached.
+    pub async fn from_client(client: redis::Client) -> Result<Self> {
+        let connection = deployment::standalone(&client)
+            .await
+            .map_err(backend_error("connect"))?;
+        let source = Source::Server(Box::new(client));
+        Ok(Self::assemble(
+            connection,
+            source,
+            super::SCHEME,
+            &Options::default(),
+        ))
+    }
+
+    fn assemble(
+        connection: Commands,
+        source: Source,
+        scheme: &'static str,
+        options: &Options,
+    ) -> Self {
+        let cluster = matches!(connection, Commands::Cluster(_));
+        RedisBackend {
+            connection,
+            scripts: Arc::new(Scripts::new(cluster)),
+            releases: Arc::new(ReleaseHub::new(source)),
+            scheme,
+            spin: options.spin,
+            // Fair by default; the spin lock cannot be fair (nobody is told whose turn it is).
+            fair: options.fair.unwrap_or(!options.spin),
+            cluster,
+        }
+    }
+}
+
+/// A standalone server, over TLS when the URL gave a CA.
+async fn standalone(url: &str, options: &Options) -> Result<(Commands, Source)> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url)
+        .map_err(|e| {
+            Error::invalid(
+                "URL",
+                format!("{e}; write redis://[user:password@]host[:port][/db]"),
+            )
+        })?
+        .set_tcp_settings(deployment::tcp_settings());
+    let client = match &options.ca {
+        None => redis::Client::open(info),
+        Some(path) => {
+            let root_cert = std::fs::read(path).map_err(|e| {
+                Error::invalid(
+                    "URL",
+                    format!("ca={path}: cannot read the CA certificate: {e}"),
+                )
+            })?;
+            let certificates = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            };
+            redis::Client::build_with_tls(info, certificates)
+        }
+    }
+    .map_err(|e| Error::invalid("URL", e.to_string()))?;
+    let connection = deployment::standalone(&client)
+        .await
+        .map_err(backend_error("connect"))?;
+    Ok((connection, Source::Server(Box::new(client))))
+}
+
+/// The master a Sentinel group names, found now so that a wrong address fails here.
+async fn sentinel(following: Following) -> Result<(Commands, Source)> {
+    let mut connection = Commands::Sentinel(following.clone());
+    let _: String = redis::cmd("PING")
+        .query_async(&mut connection)
+        .await
+        .map_err(backend_error("connect"))?;
+    Ok((connection, Source::Sentinel(following)))
+}
+
+/// A Cluster, over RESP3 so that sharded pub/sub messages arrive as pushes.
+async fn cluster(
+    nodes: Vec<String>,
+    username: Option<String>,
+    password: Option<String>,
+) -> Result<(Commands, Source)> {
+    let (pushes, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let mut builder = ClusterClientBuilder::new(nodes)
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .push_sender(pushes)
+        .tcp_settings(deployment::tcp_settings())
+        .connection_timeout(deployment::CONNECT_TIMEOUT)
+        .response_timeout(deployment::RESPONSE_TIMEOUT)
+        // At most once: a request whose reply was lost is not sent again (it may have run);
+        // `deployment::cluster_command` resends only refused ones.
+        .retries(0);
+    if let Some(username) = username {
+        builder = builder.username(username);
+    }
+    if let Some(password) = password {
+        builder = builder.password(password);
+    }
+    let connection = builder
+        .build()
+        .map_err(|e| Error::invalid("URL", e.to_string()))?
+        .get_async_connection()
+        .await
+        .map_err(backend_error("connect"))?;
+    let source = Source::Cluster {
+        connection: connection.clone(),
+        pushes: StdMutex::new(Some(receiver)),
+    };
+    Ok((Commands::Cluster(connection), source))
+}

@@ -1,0 +1,102 @@
+//! The Lua scripts of the Redis lock (the `.lua` files beside this module), put together
+//! once per backend.
+
+use redis::Script;
+
+/// KEYS: lock, fence. ARGV: owner, lease ms.
+/// Returns {1, token, holds} when granted, {0, pttl} when held by another owner.
+const ACQUIRE: &str = include_str!("lua/acquire.lua");
+
+/// Lua: the two ways an acquire succeeds, shared by the acquire scripts. `grant` makes a new
+/// grant with the next fencing token; `reenter` adds a hold to the owner's grant and never
+/// shortens its lease.
+///
+/// The token is the larger of the counter plus one and the server's clock in microseconds.
+/// The counter alone would go back after a failover that lost the last grants, or after a
+/// restart of a server that keeps nothing on disk; with the clock, tokens keep growing across
+/// both, as long as the new master's clock is not behind the old one's by more than the time
+/// the failover took. (Lua numbers are doubles: exact up to 2^53, about 285 years of
+/// microseconds.)
+const GRANTING: &str = include_str!("lua/granting.lua");
+
+/// Lua: the first waiter of a fair queue whose ticket is fresh, removing stale ones; nil when
+/// none. And `pass_on`: gives a lock that was just freed to that waiter. Prefixed to the
+/// scripts that need them (after GRANTING).
+///
+/// Queue members are waiter ids, `<owner>#<n>`: one owner may wait in several tasks. A
+/// waiter's terms (`<lease ms> <refresh number>`) say how long a lease it wants and which of
+/// its refreshes the server saw last. A waiter with a lease hands over at once: `pass_on`
+/// grants it the lock, marks the grant `:handoff` = its id and `:seq` = that refresh number,
+/// and announces `!<id> <token> <refresh number>`; the waiter holds the lock as soon as the
+/// message arrives, without asking. A waiter without one (lease 0: too short to hand over
+/// safely) is only named, and asks.
+const LIVE_HEAD: &str = include_str!("lua/live_head.lua");
+
+/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: owner, stale ms.
+/// Returns the holds left (0: freed and passed on), -1 when free, -2 when held by another.
+/// A freed lock goes to the first queued waiter (fair mode), or is announced to anyone.
+const RELEASE: &str = include_str!("lua/release.lua");
+
+/// KEYS: lock, fence, queue, seen, terms. ARGV: owner, lease ms, stale ms.
+/// As ACQUIRE, but a free lock goes only to an owner whose waiter is first in the queue (or
+/// anyone when nobody waits): returns {0, -3} when it is reserved for another.
+const ACQUIRE_FAIR: &str = include_str!("lua/acquire_fair.lua");
+
+/// KEYS: queue, seen, ticket, terms, lock. ARGV: waiter id, lease ms (0: do not hand over),
+/// refresh number. If the lock was handed to this waiter and it has not taken it yet, takes
+/// it: {1, token, refresh number}. Otherwise queues the waiter at the back unless it is
+/// queued, marks it seen now, records its terms: {0}. Also the refresh.
+const ENQUEUE: &str = include_str!("lua/enqueue.lua");
+
+/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: waiter id, stale ms. Leaves the
+/// queue. A lock handed to this waiter and not taken is given back (one hold); a free lock is
+/// passed on to the next waiter.
+const LEAVE: &str = include_str!("lua/leave.lua");
+
+/// KEYS: lock. ARGV: owner, lease ms. Returns 1 when extended, -1 when free, -2 when held by
+/// another.
+const EXTEND: &str = include_str!("lua/extend.lua");
+
+/// KEYS: the locks. ARGV: lease ms, then one owner per key. Returns 1 or 0 per key.
+const RENEW: &str = include_str!("lua/renew.lua");
+
+/// No KEYS. ARGV: lease ms, then lock key and owner pairs, all served by the node that runs
+/// it. As RENEW, for a Cluster node: the keys are not declared because they span slots,
+/// which Redis 7 allows with this flag for keys of the node's own slots (and refuses
+/// otherwise, as after a slot moved).
+pub(super) const RENEW_ON_NODE: &str = include_str!("lua/renew_on_node.lua");
+
+/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: stale ms. Returns 1 when the lock
+/// was held; the freed lock is passed on as by a release.
+const FORCE_UNLOCK: &str = include_str!("lua/force_unlock.lua");
+
+/// The scripts of one backend, with `publish` turned into `spublish` on a Cluster (which
+/// announces releases on the lock's shard only).
+pub(super) struct Scripts {
+    pub(super) acquire: Script,
+    pub(super) acquire_fair: Script,
+    pub(super) release: Script,
+    pub(super) extend: Script,
+    pub(super) renew: Script,
+    pub(super) force_unlock: Script,
+    pub(super) enqueue: Script,
+    pub(super) leave: Script,
+}
+
+impl Scripts {
+    pub(super) fn new(cluster: bool) -> Self {
+        let publish = if cluster { "spublish" } else { "publish" };
+        let script =
+            |text: String| Script::new(&text.replace("'publish'", &format!("'{publish}'")));
+        Scripts {
+            acquire: script(format!("{GRANTING}{ACQUIRE}")),
+            acquire_fair: script(format!("{GRANTING}{LIVE_HEAD}{ACQUIRE_FAIR}")),
+            release: script(format!("{GRANTING}{LIVE_HEAD}{RELEASE}")),
+            extend: script(EXTEND.to_owned()),
+            renew: script(RENEW.to_owned()),
+            force_unlock: script(format!("{GRANTING}{LIVE_HEAD}{FORCE_UNLOCK}")),
+            enqueue: script(ENQUEUE.to_owned()),
+            leave: script(format!("{GRANTING}{LIVE_HEAD}{LEAVE}")),
+        }
+    }
+}
