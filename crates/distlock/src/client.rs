@@ -129,8 +129,8 @@ impl Locks {
         self.inner.backend.session()
     }
 
-    /// How many renewal requests this client has sent (each renews up to 1000 locks).
-    pub fn renewal_requests(&self) -> u64 {
+    /// How many renewal requests this client has sent ([`crate::hooks`]).
+    pub(crate) fn renewal_requests(&self) -> u64 {
         self.inner.renewal_calls.load(Ordering::Relaxed)
     }
 }

@@ -93,6 +93,8 @@ mod error;
 #[cfg(feature = "fault")]
 pub mod fault;
 mod finish;
+#[doc(hidden)]
+pub mod hooks;
 mod keeper;
 pub mod memory;
 mod mutex;

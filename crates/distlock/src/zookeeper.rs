@@ -45,7 +45,7 @@
 //! tries to create the one ephemeral node `BASE/NAME` (`BASE` is `/distlock/naive` by
 //! default) and every waiter watches it, so each release wakes every waiter and all but one
 //! go back to waiting. It is unfair and kept for measurement; use `zk://`.
-//! [`watch_notifications`] counts the watch events this process received, which shows the
+//! `distlock bench` counts the watch events its processes receive, which shows the
 //! difference.
 //!
 //! [`Locks::session`]: crate::Locks::session
@@ -79,9 +79,8 @@ use self::waiter::{NaiveWaiter, SequentialWaiter};
 
 /// Every watch event delivered to a waiter in this process so far, for measuring the herd
 /// effect: with `zk://` one per release, with `zk+naive://` one per waiter per release.
-/// A hook of `distlock bench`, not part of the API.
-#[doc(hidden)]
-pub fn watch_notifications() -> u64 {
+/// Read through [`crate::hooks`].
+pub(crate) fn watch_notifications() -> u64 {
     WATCH_NOTIFICATIONS.load(Ordering::Relaxed)
 }
 
@@ -296,13 +295,11 @@ impl ZooKeeperBackend {
     /// Times the cheapest write: setting the (empty) data of the base node. Every grant and
     /// release is a write, which the leader logs to disk before it answers, so this is the
     /// floor under their cost, as [`Backend::ping`] (a read) is under a query's.
-    ///
-    /// A hook of `distlock bench`, not part of the API.
+    /// Read through [`crate::hooks`].
     ///
     /// # Errors
     /// [`Error::Backend`] when the write fails.
-    #[doc(hidden)]
-    pub async fn write_round_trip(&self) -> Result<Duration> {
+    pub(crate) async fn write_round_trip(&self) -> Result<Duration> {
         let shared = &self.shared;
         let session = shared.session();
         let start = std::time::Instant::now();

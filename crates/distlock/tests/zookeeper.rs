@@ -392,14 +392,14 @@ async fn notifications_for(url: &str, waiters: usize) -> (u64, u64) {
         }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = distlock::zookeeper::watch_notifications();
+    let before = distlock::hooks::zookeeper_watch_notifications();
     held.release().await.unwrap();
     for task in tasks {
         task.await.unwrap();
     }
     // Every waiter's release but the last one's had someone waiting, and so did the holder's.
     (
-        distlock::zookeeper::watch_notifications() - before,
+        distlock::hooks::zookeeper_watch_notifications() - before,
         waiters as u64,
     )
 }

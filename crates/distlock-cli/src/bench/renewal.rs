@@ -40,7 +40,7 @@ pub async fn phase(
     }
     progress.finish();
     let acquire_s = start.elapsed().as_secs_f64();
-    let before = locks_client.renewal_requests();
+    let before = distlock::hooks::renewal_requests(locks_client);
     let total = seconds * 1000;
     let phase = Instant::now();
     while phase.elapsed() < Duration::from_secs(seconds) {
@@ -49,7 +49,7 @@ pub async fn phase(
         progress.show("holding under renewal", done.min(total), total);
     }
     progress.finish();
-    let renewal_requests = locks_client.renewal_requests() - before;
+    let renewal_requests = distlock::hooks::renewal_requests(locks_client) - before;
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     for guard in guards {
         // Release errors (a lock lost meanwhile) are counted above, not fatal here.

@@ -1,0 +1,28 @@
+//! Measurement hooks of `distlock bench` and of the tests. Not part of the API: hidden from
+//! the docs, with no stability promise; applications have no use for them.
+
+use crate::client::Locks;
+
+/// How many renewal requests `locks` has sent (each renews up to 1000 locks).
+pub fn renewal_requests(locks: &Locks) -> u64 {
+    locks.renewal_requests()
+}
+
+/// Every watch event delivered to a ZooKeeper waiter in this process so far, for measuring the
+/// herd effect: with `zk://` one per release, with `zk+naive://` one per waiter per release.
+#[cfg(feature = "zookeeper")]
+pub fn zookeeper_watch_notifications() -> u64 {
+    crate::zookeeper::watch_notifications()
+}
+
+/// One ZooKeeper write round trip of `backend` (a `setData` on its base node): the unit of a
+/// ZooKeeper handoff.
+///
+/// # Errors
+/// [`Error::Backend`](crate::Error::Backend) when the write fails.
+#[cfg(feature = "zookeeper")]
+pub async fn zookeeper_write_round_trip(
+    backend: &crate::zookeeper::ZooKeeperBackend,
+) -> crate::Result<std::time::Duration> {
+    backend.write_round_trip().await
+}
