@@ -34,14 +34,17 @@ use crate::name::LockName;
 
 mod bell;
 mod rows;
+mod url;
 mod waiter;
+
+pub(crate) use self::url::check_url;
+use self::url::{DEFAULT_BUSY_TIMEOUT, parse_url};
 
 use self::rows::{Found, add_bell_column, execute, find, head_bell, live_row, query_row};
 use self::waiter::SqliteWaiter;
 use bell::{Bell, Listener};
 
 const SCHEME: &str = "sqlite";
-const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL_FIRST: Duration = Duration::from_millis(1);
 const POLL_MAX: Duration = Duration::from_millis(8);
 /// How often a queued waiter refreshes its ticket.
@@ -134,52 +137,6 @@ pub(crate) fn lock_connection(
     connection
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Parsed `sqlite://` URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SqliteUrl {
-    path: PathBuf,
-    busy_timeout: Duration,
-    fair: bool,
-}
-
-/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
-pub(crate) fn check_url(url: &str) -> Result<()> {
-    parse_url(url.trim_start_matches("sqlite://")).map(|_| ())
-}
-
-fn parse_url(rest: &str) -> Result<SqliteUrl> {
-    let url = format!("sqlite://{rest}");
-    let (base, query) = crate::scheme::Query::parse(&url)?;
-    let path = base.strip_prefix("sqlite://").unwrap_or_default();
-    if path.is_empty() {
-        return Err(Error::invalid(
-            "URL",
-            "sqlite:// needs a file path, as in sqlite:///var/lib/app/locks.db",
-        ));
-    }
-    let mut busy_timeout = DEFAULT_BUSY_TIMEOUT;
-    if let Some(value) = query.get("busy_timeout_ms") {
-        let ms: u64 = value.parse().map_err(|_| {
-            Error::invalid(
-                "URL",
-                format!("busy_timeout_ms={value:?} is not a whole number of milliseconds"),
-            )
-        })?;
-        if ms == 0 || ms > 600_000 {
-            return Err(Error::invalid(
-                "URL",
-                format!("busy_timeout_ms={ms} is outside 1 ..= 600000"),
-            ));
-        }
-        busy_timeout = Duration::from_millis(ms);
-    }
-    Ok(SqliteUrl {
-        path: PathBuf::from(path),
-        busy_timeout,
-        fair: query.flag("fair")?.unwrap_or(true),
-    })
 }
 
 fn backend_error(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> Error {

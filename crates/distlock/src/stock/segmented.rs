@@ -1,6 +1,13 @@
 //! [`SegmentedStock`]: one item's stock in segments with a lock each, for hot items.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::store::no_work;
 use super::*;
+use crate::client::Locks;
+use crate::options::AcquireOptions;
 
 /// Most segments one item may be split into.
 pub const MAX_SEGMENTS: u32 = 1000;

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use redis::Script;
 use redis::aio::MultiplexedConnection;
 
-use super::{Spread, StockStore, Taken, fenced, missing_item};
 use crate::error::{Error, Result};
+use crate::stock::{Spread, StockStore, Taken, fenced, missing_item};
 
 const SCHEME: &str = "redis";
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Spread, StockStore, Taken, fenced, missing_item, plan_spread};
 use crate::error::{Error, Result};
+use crate::stock::{Spread, StockStore, Taken, fenced, missing_item, plan_spread};
 
 const SCHEME: &str = "sqlite";
 /// How long a statement waits for other processes' writes before it fails.

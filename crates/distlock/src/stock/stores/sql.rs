@@ -11,8 +11,8 @@ use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 #[cfg(feature = "postgres")]
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::{Spread, StockStore, Taken, Work, fenced, missing_item, plan_spread};
 use crate::error::{Error, Result};
+use crate::stock::{Spread, StockStore, Taken, Work, fenced, missing_item, plan_spread};
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS distlock_stock (
     item     VARCHAR(255) NOT NULL PRIMARY KEY,
@@ -235,7 +235,7 @@ impl StockStore for SqlStockStore {
     }
 
     async fn set(&self, item: &str, quantity: u64) -> Result<()> {
-        super::check_item(item)?;
+        crate::stock::check_item(item)?;
         let delete = self.sql("DELETE FROM distlock_stock WHERE item = ?");
         let insert = self
             .sql("INSERT INTO distlock_stock (item, quantity, fence, version) VALUES (?, ?, 0, 0)");
