@@ -1,8 +1,10 @@
 //! The conformance suite: the behaviour every backend must show, as library code.
 //!
-//! Each case is an `async fn` taking the backend's URL. It connects its own clients, uses lock
-//! names unique to the run, and panics with a message naming the case when the backend
-//! misbehaves. [`conformance_suite!`](crate::conformance_suite) makes one `#[tokio::test]`
+//! Each case is an `async fn` taking a [`Target`]: a backend URL, or a factory of
+//! `Arc<dyn Backend>` ([`Target::from_factory`]) for a backend built outside this crate. It
+//! opens its own clients, uses lock names unique to the run, and panics with a message naming
+//! the case when the backend misbehaves. The servers of distlock's own tests are listed in
+//! [`servers`]. [`conformance_suite!`](crate::conformance_suite) makes one `#[tokio::test]`
 //! per case for a backend, so a failure names backend and case:
 //!
 //! ```no_run

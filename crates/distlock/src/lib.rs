@@ -79,6 +79,8 @@
 //!   A pause longer than the lease (GC, swap, a stopped VM) can let another holder in
 //!   *before* the old holder notices; only a resource that checks [`Guard::fencing_token`]
 //!   refuses the late writer.
+//! * [`Guard::extend`] moves the end of a fixed lease; [`Guard::set_lease`] turns a renewed
+//!   lock into a fixed lease. Why a lock was lost is a [`LossReason`].
 //! * Dropping a guard releases in the background; [`Guard::release`] reports errors.
 
 #![warn(missing_docs)]

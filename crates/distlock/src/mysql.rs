@@ -187,12 +187,12 @@ pub enum Mode {
     Table,
 }
 
-/// Splits `?mode=` off a `mysql://` or `mariadb://` URL.
 /// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
 pub(crate) fn check_url(url: &str) -> Result<()> {
     parse_url(url).map(|_| ())
 }
 
+/// Splits `?mode=` off a `mysql://` or `mariadb://` URL.
 fn parse_url(url: &str) -> Result<(MySqlConnectOptions, Mode)> {
     let (base, query) = crate::scheme::Query::parse(url)?;
     let mode = match query.choice("mode", &["named", "table"])? {

@@ -195,12 +195,12 @@ pub enum Mode {
     Table,
 }
 
-/// Splits `?mode=` off a `postgres://` URL.
 /// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
 pub(crate) fn check_url(url: &str) -> Result<()> {
     parse_url(url).map(|_| ())
 }
 
+/// Splits `?mode=` off a `postgres://` URL.
 fn parse_url(url: &str) -> Result<(PgConnectOptions, Mode)> {
     let (base, query) = crate::scheme::Query::parse(url)?;
     let mode = match query.choice("mode", &["advisory", "table"])? {
