@@ -113,7 +113,7 @@ pub(crate) async fn acquire_loop(
                                 start,
                             );
                             if confirm {
-                                confirm_handover(&guard, lease, lease_mode(&options));
+                                confirm_handover(&guard, lease);
                             }
                             return Ok(Some(guard));
                         }
@@ -168,14 +168,15 @@ async fn confirm_late_handover(
 /// Extends a handed-over grant to the lease the caller asked for, in the background; a
 /// refusal marks it lost, an error leaves it to run out (and be reported lost) unless a
 /// renewal succeeds first.
-fn confirm_handover(guard: &Guard, lease: Duration, mode: LeaseMode) {
+fn confirm_handover(guard: &Guard, lease: Duration) {
     let (client, name, owner, grant) = guard.parts();
     let (client, name, owner, grant) = (client.clone(), name.clone(), owner.clone(), grant.clone());
+    let start = Instant::now();
+    client.confirmation_starts(&name, &owner, &grant, start, lease);
     tokio::spawn(async move {
-        let start = Instant::now();
         match client.backend.extend(&name, &owner, lease).await {
             Ok(Extended::Extended) => {
-                client.extended(&name, &owner, &grant, lease_deadline(start, lease), mode);
+                client.confirmed(&name, &owner, &grant, start, lease);
             }
             Ok(Extended::NotHeld | Extended::HeldByOther) => {
                 client.lost_if_current(&name, &owner, &grant, LossReason::HandoverRanOut);

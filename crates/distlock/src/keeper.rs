@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
@@ -16,7 +17,7 @@ use tokio::time::Instant;
 use crate::backend::{Backend, Owner};
 use crate::error::LossReason;
 use crate::name::LockName;
-use crate::options::ConnectOptions;
+use crate::options::{ConnectOptions, lease_deadline};
 
 mod task;
 
@@ -110,9 +111,37 @@ pub(crate) struct Slot {
     /// server still held them (a re-entry found their holds): their releases must still reach
     /// the server.
     carried: Vec<(Arc<Grant>, u32)>,
+    /// The last request that renews the lock (a renewal, a handover's confirmation), by its
+    /// start and lease, until it is answered: it may still run on the server after a change
+    /// of the lease by the caller.
+    pub(crate) renewing: Option<(Instant, Duration)>,
+    /// The caller's last change of the lease (`extend`, `set_lease`): when it started, and
+    /// when its answer came (or its outcome became unknown). A renewing request that started
+    /// before that answer may have run before or after the change on the server, so its own
+    /// answer can only shorten the client's deadline.
+    lease_change: Option<(Instant, Option<Instant>)>,
 }
 
 impl Slot {
+    /// A renewing request that started at `start` was answered: the lock is held for `lease`
+    /// from then. It lengthens the deadline unless it started before the answer to a change
+    /// of the lease by the caller (which of the two ran last on the server is unknown): then
+    /// it can only shorten it.
+    pub(crate) fn renewed(&mut self, start: Instant, lease: Duration) {
+        if self.renewing.is_some_and(|(sent, _)| sent == start) {
+            self.renewing = None;
+        }
+        let end = lease_deadline(start, lease);
+        let raced = self
+            .lease_change
+            .is_some_and(|(_, answered)| answered.is_none_or(|answered| start < answered));
+        if raced {
+            self.deadline = self.deadline.min(end);
+        } else if self.grant.lost_reason().is_none() {
+            self.deadline = self.deadline.max(end);
+        }
+    }
+
     /// The holds the server should have: this grant's guards and the carried ones.
     fn holds(&self) -> u32 {
         self.carried
@@ -209,7 +238,13 @@ impl ClientInner {
             };
             let wake_keeper = registry.keeper_wakes_at.is_none_or(|at| at > needed_by);
             let grant = match registry.slots.get_mut(&key) {
-                Some(slot) if kind != GrantKind::Fresh && slot.grant.lost_reason().is_none() => {
+                // Another hold on the grant this client knows: the same fencing token. A
+                // re-entry that answers with another token found a newer grant of the server.
+                Some(slot)
+                    if kind != GrantKind::Fresh
+                        && slot.grant.lost_reason().is_none()
+                        && slot.grant.fencing_token() == fencing_token =>
+                {
                     slot.guards += 1;
                     if mode == LeaseMode::Renewed {
                         slot.mode = LeaseMode::Renewed;
@@ -225,7 +260,11 @@ impl ClientInner {
                         // guards' releases must still reach the server, but no more of them
                         // than the server counts besides this grant (some old holds may
                         // have ended, and their releases must not take newer ones).
-                        if let GrantKind::Reentered { holds } = kind {
+                        // Only holds of the same grant (the same token) can still be there; a
+                        // newer grant's extra hold is another request of this owner in flight.
+                        if let GrantKind::Reentered { holds } = kind
+                            && slot.grant.fencing_token() == fencing_token
+                        {
                             carried = std::mem::take(&mut slot.carried);
                             carried.push((slot.grant.clone(), slot.guards));
                             let mut room = holds - 1;
@@ -245,6 +284,8 @@ impl ClientInner {
                             mode,
                             deadline,
                             carried,
+                            renewing: None,
+                            lease_change: None,
                         },
                     );
                     grant
@@ -316,28 +357,109 @@ impl ClientInner {
         }
     }
 
-    /// After a successful extension by `grant`: its lease now ends at `deadline`. `Fixed`
-    /// stops its renewal for good; `Renewed` leaves the mode as it is (a handover's
-    /// confirmation must not undo a fixed lease set meanwhile).
-    pub(crate) fn extended(
+    /// Runs `update` on `grant`'s slot while it is registered, then wakes the keeper (a
+    /// deadline may have moved).
+    fn with_slot(
         &self,
         name: &LockName,
         owner: &Owner,
         grant: &Arc<Grant>,
-        deadline: Instant,
-        mode: LeaseMode,
+        update: impl FnOnce(&mut Slot, Duration),
     ) {
+        let lease = self.options.lease_duration();
         let mut registry = self.registry();
         if let Some(slot) = registry.slots.get_mut(&(name.clone(), owner.clone()))
             && Arc::ptr_eq(&slot.grant, grant)
         {
-            if mode == LeaseMode::Fixed {
-                slot.mode = LeaseMode::Fixed;
-            }
-            slot.deadline = deadline;
+            update(slot, lease);
         }
         drop(registry);
         self.keeper_wake.notify_one();
+    }
+
+    /// A handover's confirmation, which extends `grant`'s lock to `lease`, starts at `start`.
+    pub(crate) fn confirmation_starts(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+        start: Instant,
+        lease: Duration,
+    ) {
+        self.with_slot(name, owner, grant, |slot, _| {
+            slot.renewing = Some((start, lease));
+        });
+    }
+
+    /// A handover's confirmation that started at `start` was answered: held for `lease` from
+    /// then.
+    pub(crate) fn confirmed(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+        start: Instant,
+        lease: Duration,
+    ) {
+        self.with_slot(name, owner, grant, |slot, _| slot.renewed(start, lease));
+    }
+
+    /// The caller starts changing `grant`'s lease (`extend`, `set_lease`): returns the
+    /// renewing request that may still run on the server after the change.
+    pub(crate) fn lease_change_starts(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+        start: Instant,
+    ) -> Option<(Instant, Duration)> {
+        let mut pending = None;
+        self.with_slot(name, owner, grant, |slot, _| {
+            slot.lease_change = Some((start, None));
+            pending = slot.renewing;
+        });
+        pending
+    }
+
+    /// The caller's change of `grant`'s lease, started at `start` while `pending` could still
+    /// run, was answered: a fixed lease ending at `deadline`, or sooner when a renewing
+    /// request may have run after the change (its lease then counts on the server).
+    pub(crate) fn lease_changed(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+        (start, deadline): (Instant, Instant),
+        pending: Option<(Instant, Duration)>,
+    ) {
+        self.with_slot(name, owner, grant, |slot, _| {
+            let since = slot.renewing.filter(|(sent, _)| *sent >= start);
+            slot.deadline = [pending, since]
+                .into_iter()
+                .flatten()
+                .fold(deadline, |end, (sent, lease)| {
+                    end.min(lease_deadline(sent, lease))
+                });
+            slot.mode = LeaseMode::Fixed;
+            slot.lease_change = Some((start, Some(Instant::now())));
+        });
+    }
+
+    /// The caller's change of `grant`'s lease failed or was dropped, and may have run on the
+    /// server: the client's deadline is at most `bound`, the end of the lease it asked for.
+    pub(crate) fn lease_change_unknown(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+        bound: Instant,
+    ) {
+        self.with_slot(name, owner, grant, |slot, _| {
+            slot.deadline = slot.deadline.min(bound);
+            if let Some((_, answered)) = &mut slot.lease_change {
+                *answered = Some(Instant::now());
+            }
+        });
     }
 
     /// The lease mode of `grant`'s slot, while it is registered.

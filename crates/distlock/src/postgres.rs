@@ -236,10 +236,12 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     }
 }
 
-/// The backend of `mode` over a pool the application already has. The backend's own
-/// statements use the pool; advisory locks open connections of their own with the pool's
-/// connect options (each lock lives in a connection it owns, so they cannot be borrowed from
-/// a pool). Makes the tables if missing.
+/// The backend of `mode` for the database of a pool the application already has. The
+/// table-record lock runs its statements on the pool and keeps one of its connections for
+/// LISTEN. Advisory locks open connections of their own with the pool's connect options
+/// (each lock lives in a connection it owns, so it cannot be borrowed from a pool); hooks the
+/// application runs on its pool's new connections (`after_connect`, such as a
+/// `search_path`) do not apply to those. Makes the tables if missing.
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::PgPool) -> distlock::Result<()> {
@@ -254,12 +256,17 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
 /// [`Error::Backend`] when the tables cannot be made or the listening connection cannot be
 /// opened.
 pub async fn from_pool(pool: PgPool, mode: Mode) -> Result<Arc<dyn Backend>> {
-    make_tables(&pool).await?;
     match mode {
-        Mode::Table => Ok(Arc::new(PostgresBackend::with_pool(pool).await?)),
+        Mode::Table => {
+            make_tables(&pool).await?;
+            Ok(Arc::new(PostgresBackend::with_pool(pool).await?))
+        }
         Mode::Advisory => {
+            // The lock connections write the fencing counter: the tables are made, and the
+            // operator's statements run, on connections opened as they are.
             let options = (*pool.connect_options()).clone();
-            Ok(Arc::new(PgAdvisoryBackend::with_pool(options, pool)))
+            let own = open_pool(options.clone(), 2).await?;
+            Ok(Arc::new(PgAdvisoryBackend::with_pool(options, own)))
         }
     }
 }

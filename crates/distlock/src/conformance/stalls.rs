@@ -164,3 +164,78 @@ pub async fn renewal_panic_does_not_stop_the_keeper(target: &Target) {
     assert!(guard.is_held().await.expect("is_held"), "the lock is gone");
     guard.release().await.expect("release");
 }
+
+/// Promise 2: a renewal still on its way when the caller sets a longer fixed lease runs on the
+/// server after it and shortens the lease there again. The client counts the shorter lease,
+/// so `lost()` fires before a rival is granted.
+pub async fn promise2_set_lease_during_a_renewal_fires_lost_before_a_rival(target: &Target) {
+    let (locks, faulty) = faulty_client(target, ConnectOptions::new().lease(LEASE)).await;
+    let name = unique("set_lease_during_renewal");
+    let guard = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    // The next renewal waits half a second before it reaches the server.
+    let before = faulty.calls(Method::Renew);
+    faulty.set_times(Method::Renew, Fault::Delay(Duration::from_millis(500)), 1);
+    let held_back = tokio::time::timeout(Duration::from_secs(5), async {
+        while faulty.calls(Method::Renew) == before {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    assert!(held_back.is_ok(), "the keeper never renewed");
+    // The long fixed lease reaches the server first; the renewal lands after it.
+    guard
+        .set_lease(Duration::from_secs(20))
+        .await
+        .expect("set_lease");
+    let rival = rival_grant(target, &name);
+    let lost = lost_at(&guard, Duration::from_secs(30)).await;
+    let (granted_at, rival_guard) = rival.await.expect("the rival's task");
+    let lost = lost.expect("lost() never fired, though the renewal ended the lease on the server");
+    assert!(
+        lost <= granted_at,
+        "lost() fired {:?} after a rival was granted the lock",
+        lost - granted_at
+    );
+    rival_guard.release().await.expect("release the rival");
+}
+
+/// Promise 2: a `set_lease` whose reply is lost may have shortened the lease on the server;
+/// the client counts the shorter lease, so `lost()` fires before a rival is granted.
+pub async fn promise2_set_lease_with_a_lost_reply_fires_lost_before_a_rival(target: &Target) {
+    let (locks, faulty) = faulty_client(target, ConnectOptions::new().lease(LEASE)).await;
+    let name = unique("set_lease_lost_reply");
+    let guard = locks
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .expect("acquire");
+    // No renewal gets through from now on: the lease the server keeps is the one set below.
+    faulty.set(Method::Renew, Fault::Hang);
+    faulty.set_times(Method::Extend, Fault::LoseReply(Duration::ZERO), 1);
+    let answer = guard.set_lease(Duration::from_millis(400)).await;
+    assert_eq!(
+        faulty.faulted(Method::Extend),
+        1,
+        "the extension was not faulted"
+    );
+    assert!(
+        answer.is_err(),
+        "a set_lease whose reply was lost reported success"
+    );
+    let rival = rival_grant(target, &name);
+    let lost = lost_at(&guard, Duration::from_secs(30)).await;
+    let (granted_at, rival_guard) = rival.await.expect("the rival's task");
+    let lost = lost.expect("lost() never fired, though the server's lease was shortened");
+    assert!(
+        lost <= granted_at,
+        "lost() fired {:?} after a rival was granted the lock",
+        lost - granted_at
+    );
+    rival_guard.release().await.expect("release the rival");
+}

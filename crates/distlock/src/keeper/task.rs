@@ -17,7 +17,6 @@ use super::{ClientInner, Grant, LeaseMode};
 use crate::backend::{Owner, SessionStatus};
 use crate::error::LossReason;
 use crate::name::LockName;
-use crate::options::lease_deadline;
 
 /// How many locks one renewal request carries at most.
 const RENEW_BATCH: usize = 1000;
@@ -209,22 +208,27 @@ fn expire_overdue(inner: &ClientInner, now: Instant) {
 async fn renew_all(inner: Arc<ClientInner>) -> bool {
     let mut answered = true;
     let lease = inner.options.lease_duration();
+    // One start for the whole batch: every lock in it is marked renewing from then, before
+    // any request is sent (a lease change by the caller meanwhile sees it).
+    let start = Instant::now();
     let batch: Vec<((LockName, Owner), Arc<Grant>, Instant)> = {
-        let registry = inner.registry();
+        let mut registry = inner.registry();
         registry
             .slots
-            .iter()
+            .iter_mut()
             .filter(|(_, slot)| {
                 slot.mode == LeaseMode::Renewed && slot.grant.lost_reason().is_none()
             })
-            .map(|(key, slot)| (key.clone(), slot.grant.clone(), slot.deadline))
+            .map(|(key, slot)| {
+                slot.renewing = Some((start, lease));
+                (key.clone(), slot.grant.clone(), slot.deadline)
+            })
             .collect()
     };
     // Locks whose renewal fails stay ours until their deadline; the keeper marks them lost
     // then unless a later renewal succeeds first.
     for chunk in batch.chunks(RENEW_BATCH) {
         let locks: Vec<(LockName, Owner)> = chunk.iter().map(|(key, _, _)| key.clone()).collect();
-        let start = Instant::now();
         inner
             .renewal_calls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -258,8 +262,8 @@ async fn renew_all(inner: Arc<ClientInner>) -> bool {
                         // The client's deadline passed while the reply was on its way: the
                         // loss stands, whatever the reply says.
                         grant.mark_lost(&key.0, LossReason::RenewalTooLate);
-                    } else if slot.mode == LeaseMode::Renewed && grant.lost_reason().is_none() {
-                        slot.deadline = slot.deadline.max(lease_deadline(start, lease));
+                    } else {
+                        slot.renewed(start, lease);
                     }
                 }
                 tracing::debug!(locks = locks.len(), "renewed");

@@ -229,7 +229,9 @@ impl Guard {
     /// As [`Guard::extend`], except that a renewed lock is accepted.
     ///
     /// # Cancel safety
-    /// Dropping the future may or may not have set the lease; the lock is then still renewed.
+    /// Dropping the future may or may not have set the lease. The lock is then still renewed,
+    /// and the client counts it lost by the end of the lease asked for unless a renewal that
+    /// started later succeeds first.
     pub async fn set_lease(&self, lease: Duration) -> Result<()> {
         validate_lease(lease)?;
         self.change_lease(lease).await
@@ -238,19 +240,30 @@ impl Guard {
     async fn change_lease(&self, lease: Duration) -> Result<()> {
         let state = self.state();
         let start = Instant::now();
+        let pending =
+            state
+                .client
+                .lease_change_starts(&state.name, &state.owner, &state.grant, start);
+        // Until the answer is in, the change may have run: if the request fails or this future
+        // is dropped, the client's deadline is at most the end of the lease asked for.
+        let mut unknown = UnknownChange {
+            state,
+            bound: Some(lease_deadline(start, lease)),
+        };
         let outcome = state
             .client
             .backend
             .extend(&state.name, &state.owner, lease)
             .await?;
+        unknown.bound = None;
         match outcome {
             Extended::Extended => {
-                state.client.extended(
+                state.client.lease_changed(
                     &state.name,
                     &state.owner,
                     &state.grant,
-                    lease_deadline(start, lease),
-                    LeaseMode::Fixed,
+                    (start, lease_deadline(start, lease)),
+                    pending,
                 );
                 tracing::debug!(lock = %state.name, ?lease, "fixed lease set");
                 Ok(())
@@ -316,6 +329,24 @@ impl Guard {
                     name: state.name.to_string(),
                 })
             }
+        }
+    }
+}
+
+/// A change of the lease whose answer is not in: on drop (an error, or the caller's future
+/// dropped) the client's deadline is bounded by the end of the lease it asked for.
+struct UnknownChange<'a> {
+    state: &'a GuardState,
+    bound: Option<Instant>,
+}
+
+impl Drop for UnknownChange<'_> {
+    fn drop(&mut self) {
+        if let Some(bound) = self.bound {
+            let state = self.state;
+            state
+                .client
+                .lease_change_unknown(&state.name, &state.owner, &state.grant, bound);
         }
     }
 }
