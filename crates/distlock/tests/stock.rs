@@ -57,11 +57,13 @@ async fn views(
             RedisLock | RedisSpinLock | RedisAtomic => {
                 Arc::new(RedisStockStore::connect(&redis_url()).await.unwrap())
             }
+            // Four connections per client: with the advisory lock's own connections (up to 17
+            // per client) four clients stay well under PostgreSQL's 100.
             PostgresAdvisory | PostgresPessimistic | PostgresOptimistic | PostgresAtomic => {
-                Arc::new(SqlStockStore::connect(&postgres_url(), 8).await.unwrap())
+                Arc::new(SqlStockStore::connect(&postgres_url(), 4).await.unwrap())
             }
             MySqlNamed | MySqlPessimistic | MySqlOptimistic | MySqlAtomic => {
-                Arc::new(SqlStockStore::connect(&mysql_url(), 8).await.unwrap())
+                Arc::new(SqlStockStore::connect(&mysql_url(), 4).await.unwrap())
             }
         };
         let lock_url = match strategy {

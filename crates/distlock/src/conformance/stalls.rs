@@ -189,7 +189,7 @@ pub async fn promise2_set_lease_during_a_renewal_fires_lost_before_a_rival(targe
     assert!(held_back.is_ok(), "the keeper never renewed");
     // The long fixed lease reaches the server first; the renewal lands after it.
     guard
-        .set_lease(Duration::from_secs(20))
+        .set_lease(Duration::from_secs(8))
         .await
         .expect("set_lease");
     let rival = rival_grant(target, &name);
