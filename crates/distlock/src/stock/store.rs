@@ -1,4 +1,4 @@
-//! [`StockStore`]: where items' quantities live, and what a store must do for [`Stock`].
+//! [`StockStore`]: where items' quantities live, and what a store must do for [`Stock`](super::Stock).
 
 use async_trait::async_trait;
 
@@ -34,7 +34,7 @@ pub trait StockStore: Send + Sync + 'static {
     }
 
     /// Takes `n` units from `items` together, from the fullest first, all or nothing: the
-    /// atomic [`SegmentedStock`]'s order that no one segment can serve.
+    /// atomic [`SegmentedStock`](super::SegmentedStock)'s order that no one segment can serve.
     ///
     /// The stores of this crate do it in one atomic step (one script, one transaction), so
     /// an order is refused only when the items' total really was short. This default, for
