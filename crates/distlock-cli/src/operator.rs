@@ -9,31 +9,55 @@ use crate::cli::{HoldArgs, LockArgs, StatusArgs};
 use crate::failure::{CliResult, Failure};
 use crate::json;
 
-/// What `status --json` answers.
+/// What `status --json` answers; a field the backend cannot tell is null.
 #[derive(Debug, Serialize)]
 struct Status<'a> {
     lock: &'a str,
     /// The backend's URL scheme, e.g. `redis`.
     backend: &'a str,
     locked: bool,
+    holder: Option<String>,
+    holds: Option<u32>,
+    fencing_token: Option<u64>,
+    remaining_lease_ms: Option<u64>,
+    waiters: Option<u64>,
 }
 
-/// Prints whether the lock is held: `locked` or `free`, or one JSON object.
+/// Prints whether the lock is held (`locked` or `free`) and what the backend can tell about
+/// it (holder, holds, fencing token, lease left, waiters), or one JSON object.
 pub async fn status(args: StatusArgs) -> CliResult {
     let StatusArgs { lock, json } = args;
     let locks = distlock::connect(&lock.backend).await?;
-    let locked = locks.is_locked(&lock.name).await?;
+    let info = locks.inspect(&lock.name).await?;
+    let status = Status {
+        lock: &lock.name,
+        backend: locks.backend_scheme(),
+        locked: info.locked,
+        holder: info.holder,
+        holds: info.holds,
+        fencing_token: info.fencing_token,
+        remaining_lease_ms: info
+            .remaining_lease
+            .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+        waiters: info.waiters,
+    };
     if json {
-        let status = Status {
-            lock: &lock.name,
-            backend: locks.backend_scheme(),
-            locked,
-        };
-        json::print_fact("status", &status)
-    } else {
-        println!("{}", if locked { "locked" } else { "free" });
-        Ok(())
+        return json::print_fact("status", &status);
     }
+    let mut line = String::from(if status.locked { "locked" } else { "free" });
+    let known = |value: Option<String>| value.unwrap_or_else(|| "unknown".to_owned());
+    if status.locked {
+        line += &format!(
+            " holder={} holds={} fencing_token={} lease_left_ms={}",
+            known(status.holder),
+            known(status.holds.map(|h| h.to_string())),
+            known(status.fencing_token.map(|t| t.to_string())),
+            known(status.remaining_lease_ms.map(|ms| ms.to_string())),
+        );
+    }
+    line += &format!(" waiters={}", known(status.waiters.map(|w| w.to_string())));
+    println!("{line}");
+    Ok(())
 }
 
 /// Frees the lock whoever holds it, and says whether it was held.

@@ -146,6 +146,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Frees `name` whoever holds it (an operator's tool). True when it was held.
     async fn force_unlock(&self, name: &LockName) -> Result<bool>;
 
+    /// What the backend can tell about `name`, changing nothing (an operator's tool: `distlock
+    /// status`). The default knows only whether it is held ([`Backend::is_locked`]).
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        Ok(LockInfo::new(self.is_locked(name).await?))
+    }
+
     /// True when [`Backend::subscribe`] is the first step of an acquisition that may wait:
     /// the waiter is a place in a queue that the following [`Backend::try_acquire`] of the
     /// same owner takes up and checks (the ZooKeeper recipe). The acquire loop then
@@ -170,6 +176,35 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// with a session (ZooKeeper). `None` (the default): locks live by their leases alone.
     fn session(&self) -> Option<watch::Receiver<SessionStatus>> {
         None
+    }
+}
+
+/// What a backend can tell about one lock, for operators ([`Locks::inspect`](crate::Locks::inspect),
+/// `distlock status`). A field the backend cannot tell is `None`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// Held by anyone now.
+    pub locked: bool,
+    /// The owner holding it, as backends store it (`<client id>:<holder id>`).
+    pub holder: Option<String>,
+    /// How many holds that owner has (reentrancy).
+    pub holds: Option<u32>,
+    /// The fencing token of the grant.
+    pub fencing_token: Option<u64>,
+    /// How long its lease still runs, by the server's (or the store's) clock.
+    pub remaining_lease: Option<Duration>,
+    /// How many waiters are queued for it (backends that keep a queue).
+    pub waiters: Option<u64>,
+}
+
+impl LockInfo {
+    /// Held or free, and nothing else known.
+    pub fn new(locked: bool) -> Self {
+        LockInfo {
+            locked,
+            ..LockInfo::default()
+        }
     }
 }
 

@@ -73,6 +73,30 @@ impl Locks {
         self.inner.backend.is_locked(&name).await
     }
 
+    /// What the backend can tell about `name`: held or not, and where it knows them, the
+    /// holder, its hold count, the fencing token, the lease left and the queued waiters.
+    /// Changes nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock::Result<()> {
+    /// let locks = distlock::connect("memory://").await?;
+    /// let guard = locks.mutex("report/daily")?.acquire().await?;
+    /// let info = locks.inspect("report/daily").await?;
+    /// assert!(info.locked);
+    /// assert_eq!(info.fencing_token, Some(guard.fencing_token()));
+    /// # guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn inspect(&self, name: &str) -> Result<crate::backend::LockInfo> {
+        let name = LockName::new(name)?;
+        self.inner.backend.inspect(&name).await
+    }
+
     /// Frees `name` whoever holds it; true when it was held. For operators: the holder is
     /// told through [`Guard::lost`](crate::Guard::lost) at its next renewal, and its writes
     /// are refused only where the resource checks fencing tokens.

@@ -172,6 +172,7 @@ macro_rules! conformance_suite {
             lost_fires_on_expiry,
             lost_fires_on_force_unlock,
             queries_report_state,
+            inspect_reports_what_it_knows,
             odd_names,
             bad_durations_are_rejected,
             cancelled_acquire_leaves_nothing,

@@ -14,7 +14,9 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
+use crate::backend::{
+    Acquired, Backend, Extended, LockInfo, Owner, ReleaseWaiter, Released, Woken,
+};
 use crate::error::Result;
 use crate::name::LockName;
 use crate::wake::ReleaseSignals;
@@ -265,6 +267,26 @@ impl Backend for MemoryBackend {
         Ok(match self.state().live(name, Instant::now()) {
             Some(holding) if &holding.owner == owner => holding.holds,
             _ => 0,
+        })
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let waiters = state.queues.get(name).map_or(0, |queue| queue.len() as u64);
+        Ok(match state.live(name, now) {
+            Some(holding) => LockInfo {
+                locked: true,
+                holder: Some(holding.owner.as_str().to_owned()),
+                holds: Some(holding.holds),
+                fencing_token: Some(holding.fencing_token),
+                remaining_lease: Some(holding.expires_at.saturating_duration_since(now)),
+                waiters: Some(waiters),
+            },
+            None => LockInfo {
+                waiters: Some(waiters),
+                ..LockInfo::new(false)
+            },
         })
     }
 

@@ -43,7 +43,9 @@ use tokio::sync::watch;
 use self::deployment::Commands;
 use self::hub::ReleaseHub;
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
+use crate::backend::{
+    Acquired, Backend, Extended, LockInfo, Owner, ReleaseWaiter, Released, Woken,
+};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
@@ -317,6 +319,36 @@ impl Backend for RedisBackend {
             .await
             .map_err(backend_error("query the lock"))?;
         Ok(exists)
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        let keys = Keys::of(name);
+        let mut connection = self.connection.clone();
+        let fields: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(&keys.lock)
+            .query_async(&mut connection)
+            .await
+            .map_err(backend_error("inspect the lock"))?;
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&keys.lock)
+            .query_async(&mut connection)
+            .await
+            .map_err(backend_error("inspect the lock"))?;
+        let waiters: u64 = redis::cmd("ZCARD")
+            .arg(&keys.queue)
+            .query_async(&mut connection)
+            .await
+            .map_err(backend_error("inspect the lock"))?;
+        // Owner fields hold counts; the grant's own fields start with ':'.
+        let holder = fields.iter().find(|(field, _)| !field.starts_with(':'));
+        Ok(LockInfo {
+            locked: holder.is_some(),
+            holder: holder.map(|(owner, _)| owner.clone()),
+            holds: holder.and_then(|(_, holds)| holds.parse().ok()),
+            fencing_token: fields.get(":token").and_then(|token| token.parse().ok()),
+            remaining_lease: u64::try_from(pttl).ok().map(Duration::from_millis),
+            waiters: Some(waiters),
+        })
     }
 
     async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {

@@ -28,7 +28,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
+use crate::backend::{
+    Acquired, Backend, Extended, LockInfo, Owner, ReleaseWaiter, Released, Woken,
+};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
@@ -446,6 +448,36 @@ impl Backend for SqliteBackend {
         let name = name.as_str().to_owned();
         self.run("query the lock", move |conn| {
             Ok(live_row(conn, &name, now_ms())?.is_some())
+        })
+        .await
+    }
+
+    async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
+        let name = name.as_str().to_owned();
+        self.run("inspect the lock", move |conn| {
+            let now = now_ms();
+            let waiters: i64 = conn.query_row(
+                "SELECT COUNT(*) FROM distlock_waiters WHERE name = ?1 AND seen_at_ms > ?2",
+                rusqlite::params![name, now - TICKET_STALE_MS],
+                |row| row.get(0),
+            )?;
+            let waiters = Some(u64::try_from(waiters).unwrap_or(0));
+            Ok(match live_row(conn, &name, now)? {
+                Some((holder, holds, token, expires_at_ms)) => LockInfo {
+                    locked: true,
+                    holder: Some(holder),
+                    holds: Some(to_u32(holds)),
+                    fencing_token: u64::try_from(token).ok(),
+                    remaining_lease: u64::try_from(expires_at_ms - now)
+                        .ok()
+                        .map(Duration::from_millis),
+                    waiters,
+                },
+                None => LockInfo {
+                    waiters,
+                    ..LockInfo::new(false)
+                },
+            })
         })
         .await
     }

@@ -62,9 +62,14 @@ fn bad_input_exits_2_with_one_line() {
 fn operator_commands_see_and_free_a_lock_held_by_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(dir.path());
-    let (mut holder, _token) = spawn_holder(&url, "orders/42", 300);
+    let (mut holder, token) = spawn_holder(&url, "orders/42", 300);
     let status = distlock(&["status", "--backend", &url, "orders/42"]);
-    assert_eq!(String::from_utf8_lossy(&status.stdout).trim(), "locked");
+    let line = String::from_utf8_lossy(&status.stdout);
+    assert!(line.starts_with("locked holder="), "{line}");
+    assert!(
+        line.contains(&format!(" holds=1 fencing_token={token} ")),
+        "{line}"
+    );
     let status = stdout_json(&distlock(&[
         "status",
         "--backend",
@@ -72,15 +77,16 @@ fn operator_commands_see_and_free_a_lock_held_by_another_process() {
         "orders/42",
         "--json",
     ]));
-    assert_eq!(
-        status,
-        serde_json::json!({
-            "command": "status",
-            "lock": "orders/42",
-            "backend": "sqlite",
-            "locked": true,
-        })
-    );
+    assert_eq!(status["command"], "status", "{status}");
+    assert_eq!(status["lock"], "orders/42", "{status}");
+    assert_eq!(status["backend"], "sqlite", "{status}");
+    assert_eq!(status["locked"], true, "{status}");
+    assert_eq!(status["holds"], 1, "{status}");
+    assert_eq!(status["fencing_token"], token, "{status}");
+    assert_eq!(status["waiters"], 0, "{status}");
+    assert!(status["holder"].is_string(), "{status}");
+    let left = status["remaining_lease_ms"].as_u64().expect("lease left");
+    assert!(left > 0 && left <= 300, "{status}");
     let freed = distlock(&["force-unlock", "--backend", &url, "orders/42"]);
     assert_eq!(String::from_utf8_lossy(&freed.stdout).trim(), "freed");
     // The holder notices at its next renewal and exits 1 with a lock-lost message.
@@ -107,4 +113,5 @@ fn operator_commands_see_and_free_a_lock_held_by_another_process() {
         "orders/42",
     ]));
     assert_eq!(status["locked"], false, "{status}");
+    assert!(status["holder"].is_null(), "{status}");
 }

@@ -589,3 +589,40 @@ pub async fn set_lease_turns_a_renewed_lock_into_a_fixed_lease(target: &Target) 
         .await
         .unwrap();
 }
+
+/// `Locks::inspect` tells held from free, and every detail a backend gives is right: the
+/// holder, its hold count, the grant's fencing token, a lease left no longer than the lease.
+pub async fn inspect_reports_what_it_knows(target: &Target) {
+    let name = unique("inspect");
+    let locks = client(target).await;
+    let free = locks.inspect(&name).await.expect("inspect a free lock");
+    assert!(!free.locked, "a free lock inspected as held: {free:?}");
+    assert_eq!(free.holder, None, "a free lock has a holder: {free:?}");
+    let me = locks.holder();
+    let guard = me.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let again = me.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let held = locks.inspect(&name).await.expect("inspect a held lock");
+    assert!(held.locked, "a held lock inspected as free: {held:?}");
+    if let Some(holder) = &held.holder {
+        assert_eq!(holder, me.owner().as_str(), "{held:?}");
+    }
+    if let Some(holds) = held.holds {
+        assert_eq!(holds, 2, "two guards of one holder: {held:?}");
+    }
+    if let Some(token) = held.fencing_token {
+        assert_eq!(token, guard.fencing_token(), "{held:?}");
+    }
+    if let Some(left) = held.remaining_lease {
+        assert!(
+            left <= locks.lease(),
+            "more lease left than granted: {held:?}"
+        );
+    }
+    again.release().await.unwrap();
+    guard.release().await.unwrap();
+    let after = locks.inspect(&name).await.expect("inspect after release");
+    assert!(
+        !after.locked,
+        "a released lock inspected as held: {after:?}"
+    );
+}

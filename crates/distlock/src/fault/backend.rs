@@ -300,6 +300,10 @@ impl Backend for FaultyBackend {
             .await
     }
 
+    async fn inspect(&self, name: &LockName) -> Result<crate::backend::LockInfo> {
+        self.inner.inspect(name).await
+    }
+
     fn queues_on_subscribe(&self) -> bool {
         self.inner.queues_on_subscribe()
     }
