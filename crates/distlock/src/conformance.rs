@@ -31,6 +31,7 @@ use crate::{AcquireOptions, ConnectOptions, Locks, MAX_NAME_BYTES};
 
 mod basics;
 mod cancel;
+mod leases;
 mod nested;
 mod replies;
 mod run;
@@ -39,6 +40,7 @@ mod stalls;
 mod wire;
 pub use basics::*;
 pub use cancel::*;
+pub use leases::*;
 pub use nested::*;
 pub use replies::*;
 pub use run::*;

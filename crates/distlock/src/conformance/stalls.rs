@@ -192,16 +192,13 @@ pub async fn promise2_set_lease_during_a_renewal_fires_lost_before_a_rival(targe
         .set_lease(Duration::from_secs(8))
         .await
         .expect("set_lease");
-    let rival = rival_grant(target, &name);
-    let lost = lost_at(&guard, Duration::from_secs(30)).await;
-    let (granted_at, rival_guard) = rival.await.expect("the rival's task");
-    let lost = lost.expect("lost() never fired, though the renewal ended the lease on the server");
-    assert!(
-        lost <= granted_at,
-        "lost() fired {:?} after a rival was granted the lock",
-        lost - granted_at
-    );
-    rival_guard.release().await.expect("release the rival");
+    lost_before_a_rival(
+        target,
+        &name,
+        &guard,
+        "the renewal ended the lease on the server",
+    )
+    .await;
 }
 
 /// Promise 2: a `set_lease` whose reply is lost may have shortened the lease on the server;
@@ -228,10 +225,16 @@ pub async fn promise2_set_lease_with_a_lost_reply_fires_lost_before_a_rival(targ
         answer.is_err(),
         "a set_lease whose reply was lost reported success"
     );
-    let rival = rival_grant(target, &name);
-    let lost = lost_at(&guard, Duration::from_secs(30)).await;
+    lost_before_a_rival(target, &name, &guard, "the server's lease was shortened").await;
+}
+
+/// A rival client asks for `name` while `guard` holds it: `guard`'s `lost()` must fire, and
+/// before the rival is granted (`why` says why the lock must end).
+async fn lost_before_a_rival(target: &Target, name: &str, guard: &Guard, why: &str) {
+    let rival = rival_grant(target, name);
+    let lost = lost_at(guard, Duration::from_secs(30)).await;
     let (granted_at, rival_guard) = rival.await.expect("the rival's task");
-    let lost = lost.expect("lost() never fired, though the server's lease was shortened");
+    let lost = lost.unwrap_or_else(|| panic!("lost() never fired, though {why}"));
     assert!(
         lost <= granted_at,
         "lost() fired {:?} after a rival was granted the lock",
