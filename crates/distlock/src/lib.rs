@@ -42,6 +42,7 @@
 //! | `rediss://host:6379/?ca=/path/ca.pem` | the reentrant lock over TLS | `redis` | as `redis://` | when the lease ends |
 //! | `redis+sentinel://s1:26379,s2:26379/service` | the reentrant lock on the master a Sentinel group names, found again after a failover | `redis` | as `redis://` | when the lease ends |
 //! | `redis+cluster://n1:7000,n2:7001/` | the reentrant lock on a Redis Cluster, sharded pub/sub wake-up | `redis` | as `redis://` | when the lease ends |
+//! | `redlock://h1:6379,h2:6379,h3:6379/` | Redlock: held while a majority of independent Redis masters holds it, fencing tokens agreed by that majority | `redis` | first to ask after the release | when the lease ends |
 //! | `zk://h1:2181,h2:2181/base/path` | ZooKeeper sequential-node lock (Curator-compatible), one watch per waiter | `zookeeper` | in arrival order | when its session times out (`?session_timeout=`, 10 s) |
 //! | `postgres://user@host:5432/db` (or `postgresql://`) | PostgreSQL session advisory locks, each on a connection the lock owns | `postgres` | in the server's queue order | when its connection closes |
 //! | `postgres://user@host:5432/db?mode=table` | table-record lock in a PostgreSQL table, LISTEN/NOTIFY wake-up | `postgres` | first to ask after the release | when the lease ends |
@@ -53,6 +54,9 @@
 //! known ones. Every Redis URL takes `?fair=false` (first to ask wins) and `?spin=true` (the spin lock's
 //! polling instead of pub/sub). Redis replicates asynchronously: a failover can lose a grant,
 //! and only a resource that checks fencing tokens is safe then (see `docs/backends/redis.md`).
+//!
+//! Redlock (`redlock://`) asks an odd number of independent masters and survives the loss of
+//! a minority of them; see `docs/backends/redis.md` for its fencing tokens and its limits.
 //!
 //! ZooKeeper keeps no leases: its locks live as long as the client's session, and distlock
 //! keeps the API's leases in the holder's client (see `docs/backends/zookeeper.md` and
@@ -171,6 +175,8 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
         BackendKind::Sqlite => sqlite::connect(url).await,
         #[cfg(feature = "redis")]
         BackendKind::Redis => crate::redis::connect(url).await,
+        #[cfg(feature = "redis")]
+        BackendKind::Redlock => crate::redis::redlock::connect(url).await,
         #[cfg(feature = "zookeeper")]
         BackendKind::ZooKeeper => crate::zookeeper::connect(url).await,
         #[cfg(feature = "postgres")]

@@ -52,6 +52,7 @@ use crate::name::LockName;
 mod connect;
 pub(crate) mod deployment;
 mod hub;
+pub mod redlock;
 mod scripts;
 mod waiter;
 
@@ -143,6 +144,28 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Reads the reply of an acquire script: `{1, token, holds}` granted, `{0, pttl}` held,
+/// `{0, -3}` free but reserved for the first queued waiter.
+fn acquired(reply: &[i64]) -> Result<Acquired> {
+    match reply {
+        // Free, but reserved for the first queued waiter.
+        [0, -3] => Ok(Acquired::Held { ttl: None }),
+        [1, token, holds] => Ok(Acquired::Granted {
+            fencing_token: u64::try_from(*token).unwrap_or(0),
+            holds: u32::try_from(*holds).unwrap_or(u32::MAX),
+        }),
+        [0, pttl] => Ok(Acquired::Held {
+            // -1 (no expiry) cannot happen for our keys; -2 means it just expired.
+            ttl: Some(Duration::from_millis(u64::try_from(*pttl).unwrap_or(0))),
+        }),
+        other => Err(Error::backend(
+            SCHEME,
+            "acquire",
+            format!("unexpected reply from the acquire script: {other:?}"),
+        )),
+    }
+}
+
 /// Connects to the deployment a Redis URL names; see [`RedisBackend::connect`].
 ///
 /// # Errors
@@ -196,23 +219,7 @@ impl Backend for RedisBackend {
                 .await
         }
         .map_err(backend_error("acquire"))?;
-        match reply.as_slice() {
-            // Free, but reserved for the first queued waiter.
-            [0, -3] => Ok(Acquired::Held { ttl: None }),
-            [1, token, holds] => Ok(Acquired::Granted {
-                fencing_token: u64::try_from(*token).unwrap_or(0),
-                holds: u32::try_from(*holds).unwrap_or(u32::MAX),
-            }),
-            [0, pttl] => Ok(Acquired::Held {
-                // -1 (no expiry) cannot happen for our keys; -2 means it just expired.
-                ttl: Some(Duration::from_millis(u64::try_from(*pttl).unwrap_or(0))),
-            }),
-            other => Err(Error::backend(
-                SCHEME,
-                "acquire",
-                format!("unexpected reply from the acquire script: {other:?}"),
-            )),
-        }
+        acquired(&reply)
     }
 
     async fn subscribe(

@@ -14,6 +14,8 @@ pub enum BackendKind {
     Sqlite,
     /// Redis: standalone, TLS, Sentinel or Cluster.
     Redis,
+    /// Redlock over independent Redis masters.
+    Redlock,
     /// ZooKeeper.
     ZooKeeper,
     /// PostgreSQL.
@@ -114,6 +116,21 @@ const REDIS_OPTIONS: &[UrlOption] = &[
 ];
 
 const REDIS_DRIVER: &[&str] = &["protocol"];
+
+const REDLOCK_OPTIONS: &[UrlOption] = &[
+    UrlOption {
+        key: "request_timeout",
+        values: "250ms|1s",
+        meaning: "how long one master may take to answer one request, 1 ms to 10 s (250ms); \
+                  far below the lease",
+    },
+    UrlOption {
+        key: "clock_drift",
+        values: "0..0.5",
+        meaning: "the share of a lease a master's clock may run fast by: each master keeps a \
+                  lock lease x (1 + clock_drift) + 2 ms (0.01)",
+    },
+];
 
 const ZK_OPTIONS: &[UrlOption] = &[UrlOption {
     key: "session_timeout",
@@ -278,6 +295,14 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: REDIS_DRIVER,
     },
     Scheme {
+        name: "redlock",
+        kind: BackendKind::Redlock,
+        feature: Some("redis"),
+        example: "redlock://r1:6379,r2:6379,r3:6379/",
+        options: REDLOCK_OPTIONS,
+        driver_options: REDIS_DRIVER,
+    },
+    Scheme {
         name: "zk",
         kind: BackendKind::ZooKeeper,
         feature: Some("zookeeper"),
@@ -366,6 +391,10 @@ pub fn validate(url: &str) -> Result<&'static Scheme> {
         #[cfg(feature = "redis")]
         BackendKind::Redis => {
             crate::redis::deployment::check_url(url)?;
+        }
+        #[cfg(feature = "redis")]
+        BackendKind::Redlock => {
+            crate::redis::redlock::check_url(url)?;
         }
         #[cfg(feature = "zookeeper")]
         BackendKind::ZooKeeper => {

@@ -3,12 +3,14 @@
 //! with it, and the promoted replica grants the lock again. Two clients then hold it. The
 //! lock cannot prevent that; a resource that checks fencing tokens refuses the stale holder.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use distlock::ConnectOptions;
+
+mod common;
+use common::FencedStock;
 
 /// A Sentinel group started by `scripts/redis-deployment` on free loopback ports; every
 /// process it started is killed, by the PID in its pid file, when this is dropped.
@@ -116,27 +118,6 @@ impl Drop for OwnSentinelGroup {
                 }
             }
         }
-    }
-}
-
-/// A resource guarded by fencing tokens: it remembers the highest token it accepted per item
-/// and refuses any write that carries a lower one.
-#[derive(Default)]
-struct FencedStock {
-    items: HashMap<String, (u64, i64)>,
-}
-
-impl FencedStock {
-    fn write(&mut self, item: &str, token: u64, stock: i64) -> Result<(), String> {
-        let entry = self.items.entry(item.to_owned()).or_insert((0, 0));
-        if token < entry.0 {
-            return Err(format!(
-                "stale fencing token {token}: {} was already accepted",
-                entry.0
-            ));
-        }
-        *entry = (token, stock);
-        Ok(())
     }
 }
 

@@ -56,6 +56,13 @@ pub const REDIS_TLS: Server = Server {
     default: "rediss://127.0.0.1:6390/?ca=/tmp/distlock-redis/tls/ca.pem",
 };
 
+/// Three independent Redis masters, for Redlock.
+pub const REDLOCK: Server = Server {
+    what: "the Redlock masters",
+    variable: "DISTLOCK_REDLOCK_URL",
+    default: "redlock://127.0.0.1:6400,127.0.0.1:6401,127.0.0.1:6402/",
+};
+
 /// The standalone ZooKeeper server.
 pub const ZOOKEEPER: Server = Server {
     what: "ZooKeeper",
@@ -90,6 +97,7 @@ pub const ALL: &[Server] = &[
     REDIS_SENTINEL,
     REDIS_CLUSTER,
     REDIS_TLS,
+    REDLOCK,
     ZOOKEEPER,
     ZOOKEEPER_ENSEMBLE,
     POSTGRES,

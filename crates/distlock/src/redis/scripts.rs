@@ -100,3 +100,29 @@ impl Scripts {
         }
     }
 }
+
+/// KEYS: lock, fence. ARGV: owner, lease ms, floor (0: none). As ACQUIRE, for one master of
+/// a Redlock: without a floor a fresh grant takes its token as ACQUIRE does (the counter and
+/// the clock); with one, the larger of the counter plus one and the floor, so that the masters
+/// asked after the first agree on the first one's token.
+const REDLOCK_ACQUIRE: &str = include_str!("lua/redlock_acquire.lua");
+
+/// KEYS: lock, fence. ARGV: owner, token. While the owner holds the lock here, raises the
+/// counter to the token (never lowers it) and records the token as the grant's: 1; 0 when the
+/// owner does not hold it.
+const REDLOCK_CONFIRM: &str = include_str!("lua/redlock_confirm.lua");
+
+/// The scripts a Redlock sends to each master besides the standalone lock's.
+pub(super) struct RedlockScripts {
+    pub(super) acquire: Script,
+    pub(super) confirm: Script,
+}
+
+impl RedlockScripts {
+    pub(super) fn new() -> Self {
+        RedlockScripts {
+            acquire: Script::new(&format!("{GRANTING}{REDLOCK_ACQUIRE}")),
+            confirm: Script::new(REDLOCK_CONFIRM),
+        }
+    }
+}

@@ -140,6 +140,59 @@ impl<'a> Query<'a> {
             })
     }
 
+    /// The duration option `key` (`10s`, `2500ms`), if given; it must lie in `range`.
+    pub(crate) fn duration(
+        &self,
+        key: &str,
+        range: std::ops::RangeInclusive<std::time::Duration>,
+    ) -> Result<Option<std::time::Duration>> {
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
+        parse_duration(value)
+            .filter(|duration| range.contains(duration))
+            .map(Some)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "URL",
+                    format!(
+                        "{}://: {key}={value:?} is not a duration such as 10s or 250ms \
+                         between {:?} and {:?}",
+                        self.scheme.name,
+                        range.start(),
+                        range.end()
+                    ),
+                )
+            })
+    }
+
+    /// The decimal option `key`, if given; it must lie in `range`.
+    pub(crate) fn fraction(
+        &self,
+        key: &str,
+        range: std::ops::RangeInclusive<f64>,
+    ) -> Result<Option<f64>> {
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
+        value
+            .parse::<f64>()
+            .ok()
+            .filter(|number| range.contains(number))
+            .map(Some)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "URL",
+                    format!(
+                        "{}://: {key}={value:?} is not a number between {} and {}",
+                        self.scheme.name,
+                        range.start(),
+                        range.end()
+                    ),
+                )
+            })
+    }
+
     /// `base` with the driver's options put back as its query.
     pub(crate) fn driver_url(&self, base: &str) -> String {
         if self.driver.is_empty() {
@@ -147,6 +200,17 @@ impl<'a> Query<'a> {
         } else {
             format!("{base}?{}", self.driver.join("&"))
         }
+    }
+}
+
+/// `10s` or `2500ms`.
+fn parse_duration(value: &str) -> Option<std::time::Duration> {
+    if let Some(ms) = value.strip_suffix("ms") {
+        Some(std::time::Duration::from_millis(ms.parse().ok()?))
+    } else {
+        Some(std::time::Duration::from_secs(
+            value.strip_suffix('s')?.parse().ok()?,
+        ))
     }
 }
 

@@ -82,18 +82,12 @@ impl ZkUrl {
                 base.to_owned()
             }
         };
-        let session_timeout = match query.get("session_timeout") {
-            None => DEFAULT_SESSION_TIMEOUT,
-            Some(value) => parse_duration(value).ok_or_else(|| {
-                invalid(
-                    url,
-                    format!(
-                        "session_timeout={value:?} is not a duration such as 10s or 2500ms \
-                         between 1s and 1h"
-                    ),
-                )
-            })?,
-        };
+        let session_timeout = query
+            .duration(
+                "session_timeout",
+                Duration::from_secs(1)..=Duration::from_secs(3600),
+            )?
+            .unwrap_or(DEFAULT_SESSION_TIMEOUT);
         Ok(ZkUrl {
             cluster: cluster.join(","),
             base,
@@ -101,20 +95,6 @@ impl ZkUrl {
             session_timeout,
         })
     }
-}
-
-/// `10s`, `2500ms`, between 1 s and 1 h.
-fn parse_duration(value: &str) -> Option<Duration> {
-    let duration = if let Some(ms) = value.strip_suffix("ms") {
-        Duration::from_millis(ms.parse().ok()?)
-    } else if let Some(s) = value.strip_suffix('s') {
-        Duration::from_secs(s.parse().ok()?)
-    } else {
-        return None;
-    };
-    (Duration::from_secs(1)..=Duration::from_secs(3600))
-        .contains(&duration)
-        .then_some(duration)
 }
 
 /// The znode that stands for lock `name` under `base`: one path component, the name with

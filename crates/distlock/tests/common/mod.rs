@@ -1,6 +1,8 @@
-//! Helpers shared by the stock test files (each test file is its own crate; not every one
+//! Helpers shared by the test files (each test file is its own crate; not every one
 //! uses every helper). The servers come from `distlock::conformance::servers`.
 #![allow(dead_code)]
+
+use std::collections::HashMap;
 
 use distlock::conformance::servers;
 
@@ -12,4 +14,25 @@ pub fn redis_url() -> String {
 /// A name no other test run uses.
 pub fn item(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A resource guarded by fencing tokens: it remembers the highest token it accepted per item
+/// and refuses any write that carries a lower one.
+#[derive(Default)]
+pub struct FencedStock {
+    pub items: HashMap<String, (u64, i64)>,
+}
+
+impl FencedStock {
+    pub fn write(&mut self, item: &str, token: u64, stock: i64) -> Result<(), String> {
+        let entry = self.items.entry(item.to_owned()).or_insert((0, 0));
+        if token < entry.0 {
+            return Err(format!(
+                "stale fencing token {token}: {} was already accepted",
+                entry.0
+            ));
+        }
+        *entry = (token, stock);
+        Ok(())
+    }
 }

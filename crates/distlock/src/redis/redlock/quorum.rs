@@ -1,0 +1,172 @@
+//! What a majority of masters says: the answers of every master to one request, combined
+//! into the one answer of the Redlock.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::backend::{Extended, LockInfo, ReleaseWaiter, Released, Woken};
+use crate::error::{Error, Result};
+
+use super::SCHEME;
+
+/// The answers of every master to one request (in master order).
+pub(super) struct Answers<T>(pub(super) Vec<Result<T>>);
+
+impl<T> Answers<T> {
+    fn answered(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().filter_map(|answer| answer.as_ref().ok())
+    }
+
+    /// An error unless at least `quorum` masters answered: the first master's error.
+    pub(super) fn require(self, quorum: usize, operation: &'static str) -> Result<Vec<T>> {
+        let answered = self.answered().count();
+        if answered >= quorum {
+            return Ok(self.0.into_iter().filter_map(Result::ok).collect());
+        }
+        let first = self
+            .0
+            .into_iter()
+            .find_map(Result::err)
+            .map_or_else(String::new, |error| format!(" (first: {error})"));
+        Err(Error::backend(
+            SCHEME,
+            operation,
+            format!(
+                "only {answered} masters answered; a majority needs {quorum}{first}: \
+                 check that the masters run and are reachable"
+            ),
+        ))
+    }
+}
+
+/// The largest value that at least `quorum` of `values` reach: what a majority agrees on.
+pub(super) fn agreed<T: Ord + Copy + Default>(mut values: Vec<T>, quorum: usize) -> T {
+    values.sort_unstable_by(|a, b| b.cmp(a));
+    values
+        .get(quorum.saturating_sub(1))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// One release, as the masters that answered saw it: released where the owner held it
+/// (with the most holds left anywhere), else held by another or free.
+pub(super) fn released(answers: &[Released]) -> Released {
+    let remaining = answers
+        .iter()
+        .filter_map(|answer| match answer {
+            Released::Released { remaining_holds } => Some(*remaining_holds),
+            _ => None,
+        })
+        .max();
+    match remaining {
+        Some(remaining_holds) => Released::Released { remaining_holds },
+        None if answers.contains(&Released::HeldByOther) => Released::HeldByOther,
+        None => Released::NotHeld,
+    }
+}
+
+/// One extension: extended when a majority extended.
+pub(super) fn extended(answers: &[Extended], quorum: usize) -> Extended {
+    let count = |wanted: Extended| answers.iter().filter(|a| **a == wanted).count();
+    if count(Extended::Extended) >= quorum {
+        Extended::Extended
+    } else if count(Extended::HeldByOther) > 0 {
+        Extended::HeldByOther
+    } else {
+        Extended::NotHeld
+    }
+}
+
+/// What the masters say about one lock: held when one owner holds it on a majority; its
+/// token is the largest of them, its holds and lease what a majority has at least.
+pub(super) fn inspected(answers: Vec<LockInfo>, quorum: usize) -> LockInfo {
+    let holder = answers.iter().find_map(|info| {
+        let holder = info.holder.as_ref()?;
+        let count = answers
+            .iter()
+            .filter(|other| other.holder.as_ref() == Some(holder))
+            .count();
+        (count >= quorum).then(|| holder.clone())
+    });
+    let Some(holder) = holder else {
+        return LockInfo::new(false);
+    };
+    let theirs: Vec<&LockInfo> = answers
+        .iter()
+        .filter(|info| info.holder.as_ref() == Some(&holder))
+        .collect();
+    let mut info = LockInfo::new(true);
+    info.fencing_token = theirs.iter().filter_map(|i| i.fencing_token).max();
+    info.holds = Some(agreed(
+        theirs.iter().map(|i| i.holds.unwrap_or(0)).collect(),
+        quorum,
+    ));
+    info.remaining_lease = Some(agreed(
+        theirs
+            .iter()
+            .map(|i| i.remaining_lease.unwrap_or_default())
+            .collect(),
+        quorum,
+    ));
+    info.holder = Some(holder);
+    info
+}
+
+/// Waits for a release announced by any master.
+pub(super) struct AnyMaster(pub(super) Vec<Box<dyn ReleaseWaiter>>);
+
+#[async_trait]
+impl ReleaseWaiter for AnyMaster {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        let waits = self.0.iter_mut().map(|waiter| waiter.wait(max));
+        // The masters' waiters only ever ask for a retry (they are not fair: nothing is handed
+        // over), and a retry is all a Redlock waiter needs.
+        let _ = futures_util::future::select_all(waits).await;
+        Woken::Retry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_majority_agrees_on_the_quorum_th_largest() {
+        assert_eq!(agreed(vec![2, 1, 1], 2), 1);
+        assert_eq!(agreed(vec![2, 2, 0], 2), 2);
+        assert_eq!(agreed(vec![0, 1, 0], 2), 0);
+        assert_eq!(agreed(vec![3, 1, 2, 5, 4], 3), 3);
+    }
+
+    #[test]
+    fn releases_combine() {
+        use Released as R;
+        let released_to = |remaining_holds| R::Released { remaining_holds };
+        assert_eq!(
+            released(&[released_to(0), R::NotHeld, released_to(1)]),
+            released_to(1)
+        );
+        assert_eq!(
+            released(&[R::NotHeld, R::HeldByOther, R::NotHeld]),
+            R::HeldByOther
+        );
+        assert_eq!(released(&[R::NotHeld, R::NotHeld]), R::NotHeld);
+    }
+
+    #[test]
+    fn a_holder_on_a_minority_does_not_hold() {
+        let held = |holder: &str, token| {
+            let mut info = LockInfo::new(true);
+            info.holder = Some(holder.into());
+            info.fencing_token = Some(token);
+            info.holds = Some(1);
+            info
+        };
+        let info = inspected(vec![held("a", 5), held("b", 7), LockInfo::new(false)], 2);
+        assert!(!info.locked);
+        let info = inspected(vec![held("a", 5), held("b", 7), held("a", 6)], 2);
+        assert_eq!(info.holder.as_deref(), Some("a"));
+        assert_eq!(info.fencing_token, Some(6));
+    }
+}

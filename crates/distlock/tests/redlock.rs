@@ -1,0 +1,411 @@
+//! Redlock on real, independent Redis masters: the conformance suite and the wire faults on
+//! the three masters `scripts/test` starts, and on masters of each test's own what only
+//! Redlock has: a master killed under contention, a master restarted empty (the known
+//! weakness, and fencing refusing the stale writer), renewal without a majority, the clock
+//! drift allowance and the validity check.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use distlock::conformance::servers;
+use distlock::{AcquireOptions, ConnectOptions, LossReason};
+use tokio::time::{Instant, timeout};
+
+mod common;
+use common::FencedStock;
+
+distlock::conformance_suite!(redlock, servers::REDLOCK.target());
+distlock::wire_fault_suite!(redlock_wire, servers::REDLOCK.target());
+
+/// Three masters started by `scripts/redis-deployment redlock` on free loopback ports, killed
+/// by the PIDs in their pid files when dropped.
+struct OwnMasters {
+    base: u16,
+    dir: tempfile::TempDir,
+}
+
+impl OwnMasters {
+    fn start() -> Self {
+        let free = |base: u16| {
+            (base..base + 3).all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+        };
+        let base = (0..100)
+            .map(|_| fastrand::u16(20_000..40_000))
+            .find(|&base| free(base))
+            .expect("three free loopback ports");
+        let masters = OwnMasters {
+            base,
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        };
+        masters.start_missing();
+        masters
+    }
+
+    /// Starts every master that does not answer (empty: they keep nothing on disk).
+    fn start_missing(&self) {
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/redis-deployment");
+        let status = Command::new(script)
+            .args(["redlock", &self.base.to_string()])
+            .arg(self.dir.path())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("scripts/redis-deployment runs (redis-server is installed by scripts/test)");
+        assert!(status.success(), "scripts/redis-deployment failed");
+    }
+
+    fn url(&self, query: &str) -> String {
+        let b = self.base;
+        format!(
+            "redlock://127.0.0.1:{b},127.0.0.1:{},127.0.0.1:{}/{query}",
+            b + 1,
+            b + 2
+        )
+    }
+
+    /// Master `i` in the order the lock sorts them (by address; the ports have one width).
+    fn port(&self, i: usize) -> u16 {
+        self.base + u16::try_from(i).unwrap()
+    }
+
+    fn kill(&self, i: usize) {
+        let port = self.port(i);
+        let file = self.dir.path().join(format!("redis-{port}.pid"));
+        let pid = std::fs::read_to_string(&file).expect("the master's pid file");
+        let status = Command::new("kill")
+            .args(["-KILL", pid.trim()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -KILL {pid}");
+        let _ = std::fs::remove_file(file);
+        // Wait until it no longer answers.
+        let start = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "master {port} still answers"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pttl(&self, i: usize, key: &str) -> i64 {
+        let output = Command::new("redis-cli")
+            .args(["-p", &self.port(i).to_string(), "pttl", key])
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse()
+            .expect("PTTL answers a number")
+    }
+}
+
+impl Drop for OwnMasters {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            let file = self.dir.path().join(format!("redis-{}.pid", self.port(i)));
+            if let Ok(pid) = std::fs::read_to_string(file) {
+                let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+            }
+        }
+    }
+}
+
+/// The master a name asks first (its gate): the lock's FNV-1a hash of the name, modulo 3.
+fn gate_of(name: &str) -> usize {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    usize::try_from(hash % 3).unwrap()
+}
+
+/// A fresh name whose gate is master `gate`.
+fn name_with_gate(prefix: &str, gate: usize) -> String {
+    loop {
+        let name = format!("{prefix}-{}", fastrand::u64(..));
+        if gate_of(&name) == gate {
+            return name;
+        }
+    }
+}
+
+fn lock_key(name: &str) -> String {
+    format!("distlock:{{{name}}}:lock")
+}
+
+/// Promises 1 and 3: three clients contend for one lock (four tasks each, 1 ms holds); the
+/// master the name asks first is killed while the lock is held and contended. Nobody ever
+/// overlaps, every grant's token is larger than the one before, grants go on after the kill,
+/// and a lock held across the kill stays held (a majority renews it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn promise1_3_a_killed_master_keeps_the_lock_exclusive_and_tokens_growing() {
+    let masters = OwnMasters::start();
+    let url = masters.url("?request_timeout=100ms");
+    let lease = Duration::from_secs(2);
+    let name = name_with_gate("killed", 0);
+    let steady = distlock::connect_with(&url, ConnectOptions::new().lease(lease))
+        .await
+        .unwrap();
+    let other = format!("{name}-steady");
+    let held = steady.mutex(&other).unwrap().acquire().await.unwrap();
+
+    let inside = Arc::new(AtomicBool::new(false));
+    let last_token = Arc::new(AtomicU64::new(0));
+    let grants = Arc::new(AtomicU64::new(0));
+    let killed = Arc::new(AtomicBool::new(false));
+    let after_kill = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let client = distlock::connect_with(&url, ConnectOptions::new().lease(lease))
+            .await
+            .unwrap();
+        for _ in 0..4 {
+            let (client, name) = (client.clone(), name.clone());
+            let (inside, last_token, grants) = (inside.clone(), last_token.clone(), grants.clone());
+            let (killed, after_kill) = (killed.clone(), after_kill.clone());
+            tasks.push(tokio::spawn(async move {
+                let mutex = client.mutex(&name).unwrap();
+                let until = Instant::now() + Duration::from_secs(6);
+                while Instant::now() < until {
+                    let options = AcquireOptions::new().wait(Duration::from_secs(3));
+                    let Ok(guard) = mutex.acquire_with(options).await else {
+                        continue;
+                    };
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    let token = guard.fencing_token();
+                    let before = last_token.swap(token, Ordering::SeqCst);
+                    assert!(token > before, "token {token} after {before}");
+                    grants.fetch_add(1, Ordering::SeqCst);
+                    if killed.load(Ordering::SeqCst) {
+                        after_kill.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.store(false, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before_kill = grants.load(Ordering::SeqCst);
+    assert!(before_kill > 0, "no grant before the kill");
+    masters.kill(0);
+    killed.store(true, Ordering::SeqCst);
+    for task in tasks {
+        timeout(Duration::from_secs(20), task)
+            .await
+            .expect("the contenders stop by themselves")
+            .expect("a contender failed");
+    }
+    let after = after_kill.load(Ordering::SeqCst);
+    assert!(
+        after >= 20,
+        "only {after} grants after the gate master was killed"
+    );
+    assert!(
+        timeout(lease * 2, held.lost()).await.is_err(),
+        "a lock held on a majority was lost when one master died"
+    );
+    assert!(held.is_held().await.unwrap());
+    held.release().await.unwrap();
+    eprintln!("grants: {before_kill} before the kill, {after} after");
+}
+
+/// The known weakness, and what fencing does about it. A is granted by masters 0 and 1 while
+/// master 2 is down; master 2 comes back empty; then master 1 restarts without persistence
+/// and forgets A's grant. B is granted by masters 1 and 2: two holders (promise 1 holds only
+/// while masters keep what they granted, as the docs say). B's token is larger than A's
+/// (promise 3: tokens follow the masters' clocks across a restart), so a fenced resource
+/// refuses A's stale write; and A learns it lost the lock (promise 2 within the limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise3_a_master_restarted_empty_grants_twice_and_fencing_refuses_the_stale_writer() {
+    let masters = OwnMasters::start();
+    let url = masters.url("?request_timeout=100ms");
+    let lease = Duration::from_secs(3);
+    let name = name_with_gate("restarted", 1);
+    let a = distlock::connect_with(&url, ConnectOptions::new().lease(lease))
+        .await
+        .unwrap();
+    masters.kill(2);
+    let held_by_a = a.mutex(&name).unwrap().acquire().await.unwrap();
+    let token_a = held_by_a.fencing_token();
+    masters.start_missing();
+    assert_eq!(
+        masters.pttl(2, &lock_key(&name)),
+        -2,
+        "master 2 has A's grant"
+    );
+    masters.kill(1);
+    masters.start_missing();
+
+    let b = distlock::connect_with(&url, ConnectOptions::new().lease(lease))
+        .await
+        .unwrap();
+    let held_by_b = b
+        .mutex(&name)
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("masters 1 and 2 no longer know A's grant, so they grant B");
+    let token_b = held_by_b.fencing_token();
+    assert!(
+        token_b > token_a,
+        "token went back: A {token_a}, B {token_b}"
+    );
+
+    let mut store = FencedStock::default();
+    store.write(&name, token_b, 9).unwrap();
+    assert!(
+        store.write(&name, token_a, 9).is_err(),
+        "A's stale write was accepted"
+    );
+
+    let lost = timeout(lease * 2, held_by_a.lost()).await;
+    assert!(lost.is_ok(), "A was never told it lost the lock");
+    assert!(held_by_b.is_held().await.unwrap());
+    held_by_b.release().await.unwrap();
+}
+
+/// Promise 2: a holder whose masters fall below a majority loses the lock, and is told so
+/// before its lease (the last moment a rival could be granted) ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise2_renewal_without_a_majority_fires_lost_within_the_lease() {
+    let masters = OwnMasters::start();
+    let url = masters.url("?request_timeout=100ms");
+    let lease = Duration::from_secs(2);
+    let client = distlock::connect_with(&url, ConnectOptions::new().lease(lease))
+        .await
+        .unwrap();
+    let guard = client.mutex("minority").unwrap().acquire().await.unwrap();
+    let granted = Instant::now();
+    masters.kill(0);
+    masters.kill(1);
+    timeout(lease * 2, guard.lost())
+        .await
+        .expect("lost() fired after the majority was gone");
+    assert!(
+        granted.elapsed() <= lease + Duration::from_millis(100),
+        "lost() fired {:?} after the grant, after the lease",
+        granted.elapsed()
+    );
+    assert!(
+        matches!(
+            guard.loss_reason(),
+            Some(LossReason::LeaseRanOut | LossReason::RenewalTooLate | LossReason::NotHeld)
+        ),
+        "{:?}",
+        guard.loss_reason()
+    );
+}
+
+/// The drift allowance: each master keeps a lock `lease × (1 + clock_drift) + 2 ms`, so that a
+/// master whose clock runs fast still keeps it for the lease the client counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_masters_keep_the_lease_plus_the_drift_allowance() {
+    let masters = OwnMasters::start();
+    let client = distlock::connect(&masters.url("?clock_drift=0.1"))
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(10);
+    let guard = client
+        .mutex("drift")
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(lease))
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let pttl = masters.pttl(i, &lock_key("drift"));
+        assert!(
+            (10_500..=11_002).contains(&pttl),
+            "master {i} keeps the lock {pttl} ms; 11002 expected"
+        );
+    }
+    guard.release().await.unwrap();
+}
+
+/// The validity check (promise 1): masters that answer so slowly that the lease has run out
+/// by the time a majority granted do not make a holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_a_grant_slower_than_the_lease_is_refused() {
+    let masters = OwnMasters::start();
+    let mut proxies = Vec::new();
+    for i in 0..3 {
+        let target = std::net::SocketAddr::from(([127, 0, 0, 1], masters.port(i)));
+        proxies.push(distlock::fault::FaultProxy::start(target).await.unwrap());
+    }
+    let addresses: Vec<String> = proxies.iter().map(|p| p.address().to_string()).collect();
+    let url = format!("redlock://{}/?request_timeout=2s", addresses.join(","));
+    let client = distlock::connect(&url).await.unwrap();
+    let mutex = client.mutex("slow").unwrap();
+    for proxy in &proxies {
+        proxy.delay(Duration::from_millis(40));
+    }
+    // Two round trips of 80 ms or more against a 100 ms lease.
+    let options = AcquireOptions::new()
+        .lease(Duration::from_millis(100))
+        .wait(Duration::ZERO);
+    let attempt = timeout(Duration::from_secs(5), mutex.acquire_with(options))
+        .await
+        .expect("the attempt ends");
+    assert!(
+        attempt.is_err(),
+        "a grant that took longer than its lease was accepted"
+    );
+    for proxy in &proxies {
+        proxy.heal();
+    }
+    // The same lease is granted when the masters answer at once.
+    let options = AcquireOptions::new()
+        .lease(Duration::from_millis(100))
+        .wait(Duration::ZERO);
+    let guard = mutex.acquire_with(options).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+/// Promise 4: an attempt that a minority granted gives that grant back at once, instead of
+/// leaving the master blocked for the lease. Masters 1 and 2 hold the lock for someone else;
+/// master 0, the name's gate, grants; the attempt fails and master 0 is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise4_a_minority_grant_is_given_back() {
+    let masters = OwnMasters::start();
+    let name = name_with_gate("minority", 0);
+    let key = lock_key(&name);
+    for i in [1, 2] {
+        let port = masters.port(i).to_string();
+        let status = Command::new("redis-cli")
+            .args(["-p", &port, "hset", &key, "someone:1", "1", ":token", "5"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success());
+        let status = Command::new("redis-cli")
+            .args(["-p", &port, "pexpire", &key, "30000"])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("redis-cli runs");
+        assert!(status.success());
+    }
+    let client = distlock::connect(&masters.url("")).await.unwrap();
+    let attempt = timeout(
+        Duration::from_secs(5),
+        client.mutex(&name).unwrap().try_acquire(),
+    )
+    .await
+    .expect("the attempt ends")
+    .unwrap();
+    assert!(attempt.is_none(), "granted by a minority");
+    assert_eq!(
+        masters.pttl(0, &key),
+        -2,
+        "the gate kept the minority's grant"
+    );
+    assert!(
+        masters.pttl(1, &key) > 0,
+        "someone's hold on master 1 was touched"
+    );
+}
