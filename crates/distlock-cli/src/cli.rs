@@ -78,6 +78,12 @@ pub struct Servers {
     /// hot-item scenario, the stock of the zookeeper strategy).
     #[arg(long, default_value = "redis://127.0.0.1:6379/")]
     pub redis: String,
+    /// The independent Redis masters of the redlock strategy.
+    #[arg(
+        long,
+        default_value = "redlock://127.0.0.1:6400,127.0.0.1:6401,127.0.0.1:6402/"
+    )]
+    pub redlock: String,
     /// The ZooKeeper ensemble of the zookeeper strategy.
     #[arg(long, default_value = "zk://127.0.0.1:2181/")]
     pub zookeeper: String,

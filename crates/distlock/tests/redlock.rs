@@ -409,3 +409,55 @@ async fn promise4_a_minority_grant_is_given_back() {
         "someone's hold on master 1 was touched"
     );
 }
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    assert!(output.status.success(), "redis-cli {args:?}");
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// Promise 3 when the masters' counters disagree: master 2's counter is far ahead (it granted
+/// more often, or its clock runs ahead). The grant takes the largest token of the granting
+/// majority and raises the others to it, so that the next grant, on any majority, is larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise3_a_counter_ahead_raises_the_others() {
+    let masters = OwnMasters::start();
+    let name = name_with_gate("ahead", 0);
+    let fence = format!("distlock:{{{name}}}:fence");
+    let ahead: u64 = 9_000_000_000_000_000;
+    redis_cli(masters.port(2), &["set", &fence, &ahead.to_string()]);
+    let client = distlock::connect(&masters.url("")).await.unwrap();
+    let mutex = client.mutex(&name).unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    assert_eq!(
+        guard.fencing_token(),
+        ahead + 1,
+        "the largest token was not taken"
+    );
+    for i in 0..3 {
+        let port = masters.port(i);
+        assert_eq!(
+            redis_cli(port, &["get", &fence]),
+            (ahead + 1).to_string(),
+            "master {i}"
+        );
+        let token = redis_cli(port, &["hget", &lock_key(&name), ":token"]);
+        assert_eq!(token, (ahead + 1).to_string(), "master {i}'s grant token");
+    }
+    guard.release().await.unwrap();
+    // Master 2 down: the next grant comes from masters 0 and 1 alone, and is still larger.
+    masters.kill(2);
+    let guard = mutex.acquire().await.unwrap();
+    assert!(
+        guard.fencing_token() > ahead + 1,
+        "token went back: {} after {}",
+        guard.fencing_token(),
+        ahead + 1
+    );
+    guard.release().await.unwrap();
+}

@@ -22,6 +22,8 @@ pub enum Strategy {
     Redis,
     /// distlock's Redis spin lock
     RedisSpin,
+    /// distlock's Redlock over independent Redis masters
+    Redlock,
     /// distlock's ZooKeeper sequential-node lock
     #[value(name = "zookeeper")]
     ZooKeeper,
@@ -96,6 +98,7 @@ impl Strategy {
             | Strategy::TableLock
             | Strategy::Redis
             | Strategy::RedisSpin
+            | Strategy::Redlock
             | Strategy::ZooKeeper => Database::Sqlite,
         }
     }
@@ -110,6 +113,7 @@ impl Strategy {
             Strategy::TableLock
             | Strategy::Redis
             | Strategy::RedisSpin
+            | Strategy::Redlock
             | Strategy::ZooKeeper
             | Strategy::PgAdvisory
             | Strategy::MySqlNamed => Protection::Lock,
@@ -122,6 +126,7 @@ impl Strategy {
             Strategy::TableLock => Some(format!("sqlite://{}", db.display())),
             Strategy::Redis => Some(servers.redis.clone()),
             Strategy::RedisSpin => Some(spin_url(&servers.redis)),
+            Strategy::Redlock => Some(servers.redlock.clone()),
             Strategy::ZooKeeper => Some(servers.zookeeper.clone()),
             Strategy::PgAdvisory => Some(servers.postgres.clone()),
             Strategy::MySqlNamed => Some(servers.mysql.clone()),
@@ -185,6 +190,7 @@ mod tests {
                 "table-lock",
                 "redis",
                 "redis-spin",
+                "redlock",
                 "zookeeper",
                 "pg-pessimistic",
                 "pg-optimistic",

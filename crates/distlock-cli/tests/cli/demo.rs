@@ -2,14 +2,23 @@
 
 use crate::{
     distlock, json_report, mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url,
-    redis_url, zookeeper_url,
+    redis_url, redlock_url, zookeeper_url,
 };
 
 #[test]
 fn demo_oversells_without_a_lock_and_is_exact_with_the_table_lock() {
-    let redis = redis_url();
+    let (redis, redlock) = (redis_url(), redlock_url());
     let output = distlock(&[
-        "demo", "--json", "--stock", "30", "--orders", "120", "--redis", &redis,
+        "demo",
+        "--json",
+        "--stock",
+        "30",
+        "--orders",
+        "120",
+        "--redis",
+        &redis,
+        "--redlock",
+        &redlock,
     ]);
     let report = json_report(&output, "demo");
     let results = report["results"].as_array().expect("results");
@@ -25,7 +34,13 @@ fn demo_oversells_without_a_lock_and_is_exact_with_the_table_lock() {
         let damage = r["oversold"].as_u64().unwrap() as i64 + r["lost_updates"].as_i64().unwrap();
         assert!(damage > 0, "{broken}: {r}");
     }
-    for exact in ["table-lock", "redis", "redis-spin", "redis-atomic"] {
+    for exact in [
+        "table-lock",
+        "redis",
+        "redis-spin",
+        "redlock",
+        "redis-atomic",
+    ] {
         let r = row(exact);
         assert_eq!(r["exact"], true, "{r}");
         assert_eq!(r["accepted"], 30, "{r}");

@@ -91,6 +91,10 @@ fn postgres_url() -> String {
     servers::POSTGRES.url()
 }
 
+fn redlock_url() -> String {
+    servers::REDLOCK.url()
+}
+
 fn redis_sentinel_url() -> String {
     servers::REDIS_SENTINEL.url()
 }

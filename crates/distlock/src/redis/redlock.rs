@@ -459,9 +459,10 @@ impl Backend for RedlockBackend {
             .require(self.quorum, "inspect the lock")?;
         let mut info = quorum::inspected(answers, self.quorum);
         // The masters keep the drift allowance on top of the lease the client counts.
-        info.remaining_lease = info
-            .remaining_lease
-            .map(|left| left.saturating_sub(DRIFT_FLOOR).div_f64(1.0 + self.clock_drift));
+        info.remaining_lease = info.remaining_lease.map(|left| {
+            left.saturating_sub(DRIFT_FLOOR)
+                .div_f64(1.0 + self.clock_drift)
+        });
         Ok(info)
     }
 
