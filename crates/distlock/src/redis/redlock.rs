@@ -33,25 +33,26 @@ use tokio::time::Instant;
 use self::quorum::{Answers, AnyMaster};
 use self::url::RedlockUrl;
 use super::scripts::RedlockScripts;
-use super::{Keys, RedisBackend, acquired, millis};
+use super::{RedisBackend, millis};
 use crate::backend::{Acquired, Backend, Extended, LockInfo, Owner, ReleaseWaiter, Released};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
+mod attempt;
 mod quorum;
 mod url;
 
 const SCHEME: &str = "redlock";
 
-/// How long a master that failed as a gate is not asked first.
-const GATE_PAUSE: Duration = Duration::from_secs(1);
 /// The part of the drift allowance that does not grow with the lease.
 const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 
-/// One master, connected on first use when it was down at connect time.
+/// One master; one that was down at connect time is connected by a background task.
 struct Master {
     url: String,
-    redis: tokio::sync::OnceCell<RedisBackend>,
+    redis: std::sync::OnceLock<RedisBackend>,
+    /// A background task is connecting.
+    connecting: std::sync::atomic::AtomicBool,
     /// Milliseconds after the backend's epoch until which this master is not asked first.
     passed_over_until: AtomicU64,
 }
@@ -90,19 +91,6 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
     RedlockUrl::parse(url).map(|_| ())
 }
 
-/// The outcome of one master's part of an acquisition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Part {
-    /// Not asked.
-    NotAsked,
-    /// Granted, with this token and the owner's holds there.
-    Granted { token: u64, holds: u32 },
-    /// Held by another owner.
-    Held(Option<Duration>),
-    /// No answer: it may have granted.
-    Unknown,
-}
-
 impl RedlockBackend {
     /// Connects to every master of a `redlock://h1:port,h2:port,h3:port/` URL.
     ///
@@ -120,7 +108,8 @@ impl RedlockBackend {
             .iter()
             .map(|master| Master {
                 url: format!("{master}{}fair=false", query_joiner(master)),
-                redis: tokio::sync::OnceCell::new(),
+                redis: std::sync::OnceLock::new(),
+                connecting: std::sync::atomic::AtomicBool::new(false),
                 passed_over_until: AtomicU64::new(0),
             })
             .collect();
@@ -132,12 +121,19 @@ impl RedlockBackend {
             scripts: Arc::new(RedlockScripts::new()),
             epoch: Instant::now(),
         };
-        let reached = join_all(backend.masters.iter().map(|m| async move {
-            let connected = m.redis().await;
-            if let Err(error) = &connected {
-                tracing::warn!(master = %m.url, %error, "redlock: a master is not reachable");
+        let reached = join_all((0..backend.masters.len()).map(|i| {
+            let masters = backend.masters.clone();
+            async move {
+                let master = &masters[i];
+                match RedisBackend::connect(&master.url).await {
+                    Ok(redis) => master.redis.set(redis).is_ok(),
+                    Err(error) => {
+                        tracing::warn!(master = %master.url, %error, "redlock: a master is not reachable; connecting in the background");
+                        Master::connect_in_background(&masters, i);
+                        false
+                    }
+                }
             }
-            connected.is_ok()
         }))
         .await;
         let reached = reached.into_iter().filter(|r| *r).count();
@@ -204,79 +200,42 @@ impl RedlockBackend {
         order.sort_by_key(|&i| self.masters[i].passed_over_until.load(Ordering::Relaxed) > now);
         order
     }
-
-    async fn acquire_on(
-        &self,
-        master: usize,
-        keys: &Keys,
-        owner: &Owner,
-        kept: Duration,
-        floor: u64,
-    ) -> Part {
-        let request = async {
-            let reply: Vec<i64> = self
-                .scripts
-                .acquire
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .arg(owner.as_str())
-                .arg(millis(kept))
-                .arg(floor)
-                .invoke_async(&mut self.masters[master].redis().await?.connection.clone())
-                .await
-                .map_err(|e| Error::backend(SCHEME, "acquire", e))?;
-            acquired(&reply)
-        };
-        match self.bounded(request).await {
-            Ok(Acquired::Granted {
-                fencing_token,
-                holds,
-            }) => Part::Granted {
-                token: fencing_token,
-                holds,
-            },
-            Ok(Acquired::Held { ttl }) => Part::Held(ttl),
-            Err(error) => {
-                tracing::debug!(%error, master, "redlock: no answer to an acquire");
-                Part::Unknown
-            }
-        }
-    }
-
-    /// Raises the counter of master `master` to `token` and makes it the grant's token.
-    async fn confirm_on(&self, master: usize, keys: &Keys, owner: &Owner, token: u64) -> bool {
-        let request = async {
-            let reply: i64 = self
-                .scripts
-                .confirm
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .arg(owner.as_str())
-                .arg(token)
-                .invoke_async(&mut self.masters[master].redis().await?.connection.clone())
-                .await
-                .map_err(|e| Error::backend(SCHEME, "confirm", e))?;
-            Ok(reply == 1)
-        };
-        self.bounded(request).await.unwrap_or(false)
-    }
-
-    /// Gives back one hold on each of `masters` (an acquisition that did not reach a
-    /// majority); a master that does not answer keeps it until its lease ends.
-    async fn give_back(&self, name: &LockName, owner: &Owner, masters: Vec<usize>) {
-        join_all(masters.into_iter().map(|i| {
-            self.bounded(async move { self.masters[i].redis().await?.release(name, owner).await })
-        }))
-        .await;
-    }
 }
 
 impl Master {
-    /// The connection to this master, made now if it was not yet.
-    async fn redis(&self) -> Result<&RedisBackend> {
-        self.redis
-            .get_or_try_init(|| RedisBackend::connect(&self.url))
-            .await
+    /// The connection to this master; an error while it is not connected yet.
+    fn redis(&self) -> Result<&RedisBackend> {
+        self.redis.get().ok_or_else(|| {
+            Error::backend(
+                SCHEME,
+                "request",
+                format!("master {} is not connected yet", self.url),
+            )
+        })
+    }
+
+    /// Connects master `i` in a task of its own, retrying until it answers or the backend is
+    /// dropped: a slow connection (another region, TLS) is not cut by the request timeout.
+    fn connect_in_background(masters: &Arc<[Master]>, i: usize) {
+        if masters[i].connecting.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let masters = Arc::downgrade(masters);
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(100);
+            loop {
+                let Some(all) = masters.upgrade() else { return };
+                let master = &all[i];
+                if let Ok(redis) = RedisBackend::connect(&master.url).await {
+                    let _ = master.redis.set(redis);
+                    tracing::info!(master = %master.url, "redlock: master connected");
+                    return;
+                }
+                drop(all);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        });
     }
 }
 
@@ -292,100 +251,21 @@ impl Backend for RedlockBackend {
     }
 
     async fn ping(&self) -> Result<()> {
-        self.ask_all(|m| async move { m.redis().await?.ping().await })
+        self.ask_all(|m| async move { m.redis()?.ping().await })
             .await
             .require(self.quorum, "ping")
             .map(|_| ())
     }
 
-    /// The gate first, then every other master at once with the gate's token as the floor;
-    /// then, when the granting masters disagree on the token (a master whose counter was
-    /// ahead), the largest becomes every granter's token by a second script. The lock is held
-    /// when a majority carries that token and the lease has not run out.
-    ///
-    /// Re-entry: the token is the one the owner's holds already carry.
+    /// See the module docs and `attempt.rs`: the gate, then the other masters at once, then
+    /// one token for the majority.
     async fn try_acquire(
         &self,
         name: &LockName,
         owner: &Owner,
         lease: Duration,
     ) -> Result<Acquired> {
-        let started = Instant::now();
-        let keys = Keys::of(name);
-        let kept = self.kept(lease);
-        let mut parts = vec![Part::NotAsked; self.masters.len()];
-        let mut gate = None;
-        for i in self.gate_order(name) {
-            parts[i] = self.acquire_on(i, &keys, owner, kept, 0).await;
-            match parts[i] {
-                Part::Granted { token, .. } => {
-                    gate = Some(token);
-                    break;
-                }
-                Part::Held(_) => break,
-                Part::Unknown => {
-                    let until = self.now_ms() + millis(GATE_PAUSE);
-                    self.masters[i]
-                        .passed_over_until
-                        .store(until, Ordering::Relaxed);
-                }
-                Part::NotAsked => {}
-            }
-        }
-        if let Some(floor) = gate {
-            let rest: Vec<usize> = (0..parts.len())
-                .filter(|&i| parts[i] == Part::NotAsked)
-                .collect();
-            let answers = join_all(
-                rest.iter()
-                    .map(|&i| self.acquire_on(i, &keys, owner, kept, floor)),
-            )
-            .await;
-            for (i, part) in rest.into_iter().zip(answers) {
-                parts[i] = part;
-            }
-        }
-        let outcome = self.settle_parts(&keys, owner, &parts).await;
-        if let Some(acquired @ Acquired::Granted { .. }) = outcome {
-            if started.elapsed() < lease {
-                return Ok(acquired);
-            }
-            tracing::warn!(lock = %name, elapsed = ?started.elapsed(), "redlock: the masters granted after the lease ran out; giving it back");
-        }
-        // Not held: give back what was granted, and what may have been when this was a fresh
-        // attempt (a re-entry's unanswered requests may not have run, and the holds they
-        // would take back are the owner's own).
-        let reentry = parts
-            .iter()
-            .any(|p| matches!(p, Part::Granted { holds, .. } if *holds > 1));
-        let back: Vec<usize> = (0..parts.len())
-            .filter(|&i| match parts[i] {
-                Part::Granted { .. } => true,
-                Part::Unknown => !reentry,
-                _ => false,
-            })
-            .collect();
-        let answered = parts
-            .iter()
-            .any(|p| matches!(p, Part::Granted { .. } | Part::Held(_)));
-        if !answered {
-            // Nobody answered: the outcome is unknown, which the client settles.
-            return Err(Error::backend(
-                SCHEME,
-                "acquire",
-                "no master answered: check that the masters run and are reachable",
-            ));
-        }
-        self.give_back(name, owner, back).await;
-        let ttl = parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Held(ttl) => Some(*ttl),
-                _ => None,
-            })
-            .min()
-            .flatten();
-        Ok(Acquired::Held { ttl })
+        self.attempt(name, owner, lease).await
     }
 
     async fn subscribe(
@@ -394,12 +274,26 @@ impl Backend for RedlockBackend {
         owner: &Owner,
         lease: Duration,
     ) -> Result<Box<dyn ReleaseWaiter>> {
-        let waiters: Vec<Box<dyn ReleaseWaiter>> = self
-            .ask_all(|m| async move { m.redis().await?.subscribe(name, owner, lease).await })
+        // Each subscription runs to its end in a task of its own: cut off by the request
+        // timeout, it would leave its channel half-subscribed. One that answers late is
+        // dropped then, which unsubscribes it.
+        let subscriptions = (0..self.masters.len()).map(|i| {
+            let (masters, name, owner) = (self.masters.clone(), name.clone(), owner.clone());
+            let task =
+                tokio::spawn(
+                    async move { masters[i].redis()?.subscribe(&name, &owner, lease).await },
+                );
+            async move {
+                match tokio::time::timeout(self.request_timeout, task).await {
+                    Ok(Ok(Ok(waiter))) => Some(waiter),
+                    _ => None,
+                }
+            }
+        });
+        let waiters: Vec<Box<dyn ReleaseWaiter>> = join_all(subscriptions)
             .await
-            .0
             .into_iter()
-            .filter_map(Result::ok)
+            .flatten()
             .collect();
         if waiters.is_empty() {
             return Err(Error::backend(
@@ -413,7 +307,7 @@ impl Backend for RedlockBackend {
 
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
         let answers = self
-            .ask_all(|m| async move { m.redis().await?.release(name, owner).await })
+            .ask_all(|m| async move { m.redis()?.release(name, owner).await })
             .await
             .require(self.quorum, "release")?;
         Ok(quorum::released(&answers))
@@ -422,7 +316,7 @@ impl Backend for RedlockBackend {
     async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
         let kept = self.kept(lease);
         let answers = self
-            .ask_all(|m| async move { m.redis().await?.extend(name, owner, kept).await })
+            .ask_all(|m| async move { m.redis()?.extend(name, owner, kept).await })
             .await
             .require(self.quorum, "extend")?;
         Ok(quorum::extended(&answers, self.quorum))
@@ -433,10 +327,12 @@ impl Backend for RedlockBackend {
             return Ok(Vec::new());
         }
         let kept = self.kept(lease);
+        // Fewer than a majority answering is an error, not a loss: the keeper keeps its
+        // deadline and asks again.
         let answers = self
-            .ask_all(|m| async move { m.redis().await?.renew(locks, kept).await })
-            .await;
-        let answers = answers.require(1, "renew")?;
+            .ask_all(|m| async move { m.redis()?.renew(locks, kept).await })
+            .await
+            .require(self.quorum, "renew")?;
         Ok((0..locks.len())
             .map(|i| {
                 answers
@@ -454,7 +350,7 @@ impl Backend for RedlockBackend {
 
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
         let answers = self
-            .ask_all(|m| async move { m.redis().await?.inspect(name).await })
+            .ask_all(|m| async move { m.redis()?.inspect(name).await })
             .await
             .require(self.quorum, "inspect the lock")?;
         let mut info = quorum::inspected(answers, self.quorum);
@@ -468,7 +364,7 @@ impl Backend for RedlockBackend {
 
     async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
         let answers = self
-            .ask_all(|m| async move { m.redis().await?.holds(name, owner).await })
+            .ask_all(|m| async move { m.redis()?.holds(name, owner).await })
             .await
             .require(self.quorum, "query the lock")?;
         Ok(quorum::agreed(answers, self.quorum))
@@ -476,54 +372,9 @@ impl Backend for RedlockBackend {
 
     async fn force_unlock(&self, name: &LockName) -> Result<bool> {
         let answers = self
-            .ask_all(|m| async move { m.redis().await?.force_unlock(name).await })
+            .ask_all(|m| async move { m.redis()?.force_unlock(name).await })
             .await
-            .require(1, "force unlock")?;
+            .require(self.quorum, "force unlock")?;
         Ok(answers.contains(&true))
-    }
-}
-
-impl RedlockBackend {
-    /// Whether `parts` make a grant: a majority granted, and carries one token after the
-    /// masters that disagree were raised to it.
-    async fn settle_parts(&self, keys: &Keys, owner: &Owner, parts: &[Part]) -> Option<Acquired> {
-        let granted: Vec<(usize, u64, u32)> = parts
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| match *p {
-                Part::Granted { token, holds } => Some((i, token, holds)),
-                _ => None,
-            })
-            .collect();
-        if granted.len() < self.quorum {
-            return None;
-        }
-        let holds = granted.iter().map(|&(_, _, holds)| holds).max()?;
-        // A re-entry keeps the token of the holds it re-enters; a fresh grant takes the largest.
-        let token = if holds > 1 {
-            granted
-                .iter()
-                .filter(|&&(_, _, h)| h > 1)
-                .map(|&(_, token, _)| token)
-                .max()?
-        } else {
-            granted.iter().map(|&(_, token, _)| token).max()?
-        };
-        let disagreeing: Vec<usize> = granted
-            .iter()
-            .filter(|&&(_, t, _)| t != token)
-            .map(|&(i, _, _)| i)
-            .collect();
-        let confirmed = join_all(
-            disagreeing
-                .iter()
-                .map(|&i| self.confirm_on(i, keys, owner, token)),
-        )
-        .await;
-        let carrying = granted.len() - disagreeing.len() + confirmed.iter().filter(|c| **c).count();
-        (carrying >= self.quorum).then_some(Acquired::Granted {
-            fencing_token: token,
-            holds,
-        })
     }
 }

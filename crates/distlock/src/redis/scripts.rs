@@ -101,21 +101,30 @@ impl Scripts {
     }
 }
 
-/// KEYS: lock, fence. ARGV: owner, lease ms, floor (0: none). As ACQUIRE, for one master of
-/// a Redlock: without a floor a fresh grant takes its token as ACQUIRE does (the counter and
-/// the clock); with one, the larger of the counter plus one and the floor, so that the masters
-/// asked after the first agree on the first one's token.
+/// KEYS: lock, fence. ARGV: owner, lease ms, floor (0: none), attempt id. As ACQUIRE, for one
+/// master of a Redlock: without a floor a fresh grant takes its token as ACQUIRE does (the
+/// counter and the clock); with one, the larger of the counter plus one and the floor, so that
+/// the masters asked after the first agree on the first one's token. A grant or re-entry marks
+/// the hash with the field `:a:<attempt id>`, so that REDLOCK_UNDO can take back exactly what
+/// this attempt did.
 const REDLOCK_ACQUIRE: &str = include_str!("lua/redlock_acquire.lua");
 
-/// KEYS: lock, fence. ARGV: owner, token. While the owner holds the lock here, raises the
-/// counter to the token (never lowers it) and records the token as the grant's: 1; 0 when the
-/// owner does not hold it.
+/// KEYS: lock, fence. ARGV: owner, token, reset (`1`: set the owner's holds to 1). While the
+/// owner holds the lock here, raises the counter to the token (never lowers it), records the
+/// token as the grant's and, with reset, drops holds left over from an earlier grant: 1; 0
+/// when the owner does not hold it.
 const REDLOCK_CONFIRM: &str = include_str!("lua/redlock_confirm.lua");
+
+/// KEYS: lock, channel. ARGV: owner, attempt id. Takes back the hold that attempt added, if
+/// it did (its mark is there), freeing and announcing the lock when it was the last: 1; else
+/// 0. Idempotent, so it can be sent to a master whose answer was lost.
+const REDLOCK_UNDO: &str = include_str!("lua/redlock_undo.lua");
 
 /// The scripts a Redlock sends to each master besides the standalone lock's.
 pub(super) struct RedlockScripts {
     pub(super) acquire: Script,
     pub(super) confirm: Script,
+    pub(super) undo: Script,
 }
 
 impl RedlockScripts {
@@ -123,6 +132,7 @@ impl RedlockScripts {
         RedlockScripts {
             acquire: Script::new(&format!("{GRANTING}{REDLOCK_ACQUIRE}")),
             confirm: Script::new(REDLOCK_CONFIRM),
+            undo: Script::new(REDLOCK_UNDO),
         }
     }
 }

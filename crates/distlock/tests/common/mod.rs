@@ -6,6 +6,8 @@ use std::collections::HashMap;
 
 use distlock::conformance::servers;
 
+pub mod redlock;
+
 /// The Redis server's URL; fails at once, naming the address, when nothing answers there.
 pub fn redis_url() -> String {
     servers::REDIS.url()
