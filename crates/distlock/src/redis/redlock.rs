@@ -165,7 +165,11 @@ impl RedlockBackend {
                 Err(Error::backend(
                     SCHEME,
                     "request",
-                    format!("a master did not answer within {:?}", self.request_timeout),
+                    format!(
+                        "a master did not answer within {:?} (request_timeout); raise it for \
+                         distant masters",
+                        self.request_timeout
+                    ),
                 ))
             })
     }
