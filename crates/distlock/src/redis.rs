@@ -233,14 +233,7 @@ impl Backend for RedisBackend {
         }
         let keys = Keys::of(name);
         // Listen first, then queue: an announcement naming us cannot come before we listen.
-        let receiver = self.releases.subscribe(&keys.channel).await?;
-        let mut waiter = RedisWaiter {
-            hub: self.releases.clone(),
-            channel: keys.channel.clone(),
-            receiver,
-            queued: None,
-            handed: None,
-        };
+        let mut waiter = self.listen(&keys).await?;
         if self.fair {
             let mut queued = Queued {
                 backend: self.clone(),
@@ -381,6 +374,18 @@ impl Backend for RedisBackend {
 }
 
 impl RedisBackend {
+    /// A waiter that listens for releases of the lock whose keys are `keys`, unqueued.
+    async fn listen(&self, keys: &Keys) -> Result<RedisWaiter> {
+        let receiver = self.releases.subscribe(&keys.channel).await?;
+        Ok(RedisWaiter {
+            hub: self.releases.clone(),
+            channel: keys.channel.clone(),
+            receiver,
+            queued: None,
+            handed: None,
+        })
+    }
+
     /// Renewal on a Cluster: one script call per node. The locks are grouped by the node
     /// that serves their slot (from CLUSTER SLOTS) and each node renews its share in one call
     /// of a script allowed to touch keys of several slots of that node. The locks of a node

@@ -33,7 +33,8 @@ use tokio::time::Instant;
 use self::quorum::{Answers, AnyMaster};
 use self::url::RedlockUrl;
 use super::scripts::RedlockScripts;
-use super::{RedisBackend, millis};
+use super::waiter::RedisWaiter;
+use super::{Keys, RedisBackend, millis};
 use crate::backend::{Acquired, Backend, Extended, LockInfo, Owner, ReleaseWaiter, Released};
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -275,18 +276,15 @@ impl Backend for RedlockBackend {
     async fn subscribe(
         &self,
         name: &LockName,
-        owner: &Owner,
-        lease: Duration,
+        _owner: &Owner,
+        _lease: Duration,
     ) -> Result<Box<dyn ReleaseWaiter>> {
         // Each subscription runs to its end in a task of its own: cut off by the request
         // timeout, it would leave its channel half-subscribed. One that answers late is
         // dropped then, which unsubscribes it.
         let subscriptions = (0..self.masters.len()).map(|i| {
-            let (masters, name, owner) = (self.masters.clone(), name.clone(), owner.clone());
-            let task =
-                tokio::spawn(
-                    async move { masters[i].redis()?.subscribe(&name, &owner, lease).await },
-                );
+            let (masters, keys) = (self.masters.clone(), Keys::of(name));
+            let task = tokio::spawn(async move { masters[i].redis()?.listen(&keys).await });
             async move {
                 match tokio::time::timeout(self.request_timeout, task).await {
                     Ok(Ok(Ok(waiter))) => Some(waiter),
@@ -294,7 +292,7 @@ impl Backend for RedlockBackend {
                 }
             }
         });
-        let waiters: Vec<Box<dyn ReleaseWaiter>> = join_all(subscriptions)
+        let waiters: Vec<RedisWaiter> = join_all(subscriptions)
             .await
             .into_iter()
             .flatten()

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 
 use crate::backend::{Extended, LockInfo, ReleaseWaiter, Released, Woken};
 use crate::error::{Error, Result};
+use crate::redis::waiter::RedisWaiter;
 
 use super::SCHEME;
 
@@ -113,16 +114,20 @@ pub(super) fn inspected(answers: Vec<LockInfo>, quorum: usize) -> LockInfo {
     info
 }
 
-/// Waits for a release announced by any master.
-pub(super) struct AnyMaster(pub(super) Vec<Box<dyn ReleaseWaiter>>);
+/// Waits for a release announced by any master. One release is announced by every master
+/// it reached, moments apart: after the first announcement the others are marked seen, so
+/// that one release wakes a waiter once, not once per master.
+pub(super) struct AnyMaster(pub(super) Vec<RedisWaiter>);
 
 #[async_trait]
 impl ReleaseWaiter for AnyMaster {
     async fn wait(&mut self, max: Duration) -> Woken {
         let waits = self.0.iter_mut().map(|waiter| waiter.wait(max));
-        // The masters' waiters only ever ask for a retry (they are not fair: nothing is handed
-        // over), and a retry is all a Redlock waiter needs.
+        // Unqueued waiters only ever ask for a retry, which is all a Redlock waiter needs.
         let _ = futures_util::future::select_all(waits).await;
+        for waiter in &mut self.0 {
+            waiter.receiver.borrow_and_update();
+        }
         Woken::Retry
     }
 }
