@@ -13,6 +13,7 @@ use crate::failure::{CliResult, Failure};
 const ROUTABLE: &[(&str, u16)] = &[
     ("redis", 6379),
     ("redis+spin", 6379),
+    ("redlock", 6379),
     ("postgres", 5432),
     ("postgresql", 5432),
     ("mysql", 3306),
