@@ -10,6 +10,29 @@ use tokio::time::timeout;
 mod common;
 use common::redlock::{OwnMasters, ProxiedMasters, lock_key, name_with_gate};
 
+/// Asserts that no master has the lock.
+fn assert_free_everywhere(masters: &ProxiedMasters, name: &str) {
+    for i in 0..3 {
+        assert_eq!(
+            masters.cli(i, &["exists", &lock_key(name)]),
+            "0",
+            "master {i}"
+        );
+    }
+}
+
+/// A re-entry that may not wait, under a timeout.
+async fn reenter_once(me: &distlock::Holder, name: &str) -> distlock::Result<distlock::Guard> {
+    timeout(
+        Duration::from_secs(5),
+        me.mutex(name)
+            .unwrap()
+            .acquire_with(AcquireOptions::new().wait(Duration::ZERO)),
+    )
+    .await
+    .expect("the re-entry ends")
+}
+
 /// The owner's holds on the lock's master `i` ("" when none).
 fn holds(masters: &ProxiedMasters, i: usize, name: &str, owner: &str) -> String {
     masters.cli(i, &["hget", &lock_key(name), owner])
@@ -34,14 +57,7 @@ async fn promise1_a_reentry_that_fails_leaves_the_holders_grant_alone() {
     masters.cli(0, &["del", &lock_key(&name)]);
     masters.proxies[1].partition();
     masters.proxies[2].partition();
-    let again = timeout(
-        Duration::from_secs(5),
-        me.mutex(name.as_str())
-            .unwrap()
-            .acquire_with(AcquireOptions::new().wait(Duration::ZERO)),
-    )
-    .await
-    .expect("the re-entry ends");
+    let again = reenter_once(&me, &name).await;
     assert!(again.is_err(), "re-entered with one master of three");
     masters.proxies[1].heal();
     masters.proxies[2].heal();
@@ -76,13 +92,7 @@ async fn promise1_a_reentry_that_fails_leaves_the_holders_grant_alone() {
     assert_eq!(masters.cli(0, &["hget", &lock_key(&name), ":token"]), token);
     again.release().await.unwrap();
     first.release().await.unwrap();
-    for i in 0..3 {
-        assert_eq!(
-            masters.cli(i, &["exists", &lock_key(&name)]),
-            "0",
-            "master {i}"
-        );
-    }
+    assert_free_everywhere(&masters, &name);
 }
 
 /// Promise 4: a re-entry whose reply is lost on one master (its script ran there) while
@@ -101,14 +111,7 @@ async fn promise4_a_reentry_with_a_lost_reply_is_given_back_exactly() {
     let first = me.mutex(name.as_str()).unwrap().acquire().await.unwrap();
     masters.proxies[1].lose_next_reply();
     masters.proxies[2].partition();
-    let again = timeout(
-        Duration::from_secs(5),
-        me.mutex(name.as_str())
-            .unwrap()
-            .acquire_with(AcquireOptions::new().wait(Duration::ZERO)),
-    )
-    .await
-    .expect("the re-entry ends");
+    let again = reenter_once(&me, &name).await;
     assert!(again.is_err(), "re-entered without a majority's answer");
     assert_eq!(masters.proxies[1].replies_lost(), 1, "no reply was lost");
     masters.proxies[2].heal();
@@ -126,13 +129,7 @@ async fn promise4_a_reentry_with_a_lost_reply_is_given_back_exactly() {
         assert_eq!(holds(&masters, i, &name, &owner), "1", "master {i}");
     }
     first.release().await.unwrap();
-    for i in 0..3 {
-        assert_eq!(
-            masters.cli(i, &["exists", &lock_key(&name)]),
-            "0",
-            "master {i}"
-        );
-    }
+    assert_free_everywhere(&masters, &name);
 }
 
 /// Promise 4: holds left on a minority by an earlier grant (a release that did not reach that
@@ -167,11 +164,5 @@ async fn promise3_a_leftover_hold_on_a_minority_is_reset_by_a_fresh_grant() {
         assert_eq!(holds(&masters, i, &name, &owner), "1", "master {i}");
     }
     second.release().await.unwrap();
-    for i in 0..3 {
-        assert_eq!(
-            masters.cli(i, &["exists", &lock_key(&name)]),
-            "0",
-            "master {i}"
-        );
-    }
+    assert_free_everywhere(&masters, &name);
 }
