@@ -105,7 +105,8 @@ impl RedlockBackend {
             }
         }
         if let Some(granted) = self.agree(&keys, owner, &parts).await {
-            if started.elapsed() < lease {
+            // Valid while the client's deadline for it has not passed.
+            if crate::options::lease_deadline(started, lease) > Instant::now() {
                 return Ok(granted);
             }
             tracing::warn!(lock = %name, elapsed = ?started.elapsed(), "redlock: the masters granted after the lease ran out; giving it back");
