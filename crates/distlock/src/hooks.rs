@@ -26,3 +26,15 @@ pub async fn zookeeper_write_round_trip(
 ) -> crate::Result<std::time::Duration> {
     backend.write_round_trip().await
 }
+
+/// One etcd write round trip of `backend` (a put of one key under its lease): the unit of an
+/// etcd handoff.
+///
+/// # Errors
+/// [`Error::Backend`](crate::Error::Backend) when the write fails.
+#[cfg(feature = "etcd")]
+pub async fn etcd_write_round_trip(
+    backend: &crate::etcd::EtcdBackend,
+) -> crate::Result<std::time::Duration> {
+    backend.write_round_trip().await
+}

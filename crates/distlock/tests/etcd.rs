@@ -1,0 +1,429 @@
+//! The etcd backend on real servers: the conformance suite on a standalone server and on a
+//! 3-member cluster (both started by `scripts/test`), and what is particular to etcd: the key
+//! layout shared with `etcdctl lock`, the lost lease, and the loss of the cluster's leader.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use distlock::conformance::{Target, servers};
+use distlock::{AcquireOptions, ConnectOptions};
+use etcd_client as etcd;
+use tokio::time::Instant;
+
+fn standalone() -> String {
+    servers::ETCD.url()
+}
+
+fn cluster() -> String {
+    servers::ETCD_CLUSTER.url()
+}
+
+distlock::conformance_suite!(etcd_standalone, Target::new(standalone()));
+distlock::conformance_suite!(etcd_cluster, Target::new(cluster()));
+distlock::conformance_suite!(
+    etcd_watch_from_revision,
+    Target::new(servers::with_query(&standalone(), "watch=etcd"))
+);
+
+/// A target whose etcd leases run out 2 s after the last keep-alive, so that a partition ends
+/// them quickly.
+fn short_leases(url: String) -> Target {
+    Target::new(servers::with_query(&url, "lease_ttl=2s"))
+}
+
+distlock::wire_fault_suite!(etcd_wire, short_leases(standalone()));
+distlock::wire_fault_suite!(etcd_cluster_wire, short_leases(cluster()));
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn etcd_waiters_are_served_in_order() {
+    distlock::conformance::fair_waiters_are_served_in_order(&Target::new(standalone())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn etcd_cluster_waiters_are_served_in_order() {
+    distlock::conformance::fair_waiters_are_served_in_order(&Target::new(cluster())).await;
+}
+
+/// `host:port` of every server of an `etcd://` URL.
+fn servers_of(url: &str) -> Vec<String> {
+    url.split_once("://")
+        .map_or("", |(_, rest)| rest)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A raw etcd client, to look at the keys distlock puts and to play an operator.
+async fn raw(url: &str) -> etcd::Client {
+    etcd::Client::connect(servers_of(url), None)
+        .await
+        .expect("raw etcd client")
+}
+
+/// A lock name of safe characters only: its key prefix is the name itself.
+fn unique(case: &str) -> String {
+    format!("etcd-{case}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The keys under `NAME/`, first created first, with their create revisions and leases.
+async fn keys(raw: &mut etcd::Client, name: &str) -> Vec<(String, i64, i64)> {
+    let options = etcd::GetOptions::new()
+        .with_prefix()
+        .with_sort(etcd::SortTarget::Create, etcd::SortOrder::Ascend);
+    raw.get(format!("{name}/"), Some(options))
+        .await
+        .expect("read the lock's keys")
+        .kvs()
+        .iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                kv.create_revision(),
+                kv.lease(),
+            )
+        })
+        .collect()
+}
+
+/// Promises 1, 3 and 4: the key is `NAME/<lease id in hex>` under the client's lease, its
+/// create revision is the fencing token, a second owner of the same client queues with a key
+/// of its own in the same range, and nothing is left once both released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_keys_follow_the_layout_of_etcds_mutex() {
+    let url = standalone();
+    let mut raw = raw(&url).await;
+    let locks = distlock::connect(&url).await.unwrap();
+    let name = unique("layout");
+    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let found = keys(&mut raw, &name).await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (key, revision, lease) = &found[0];
+    assert_eq!(key, &format!("{name}/{lease:x}"));
+    assert_eq!(u64::try_from(*revision).unwrap(), guard.fencing_token());
+
+    let waiting = tokio::spawn({
+        let (locks, name) = (locks.clone(), name.clone());
+        async move { locks.mutex(name).unwrap().acquire().await.unwrap() }
+    });
+    let start = Instant::now();
+    let queued = loop {
+        let found = keys(&mut raw, &name).await;
+        if found.len() == 2 {
+            break found;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "the second owner never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(queued[1].0.starts_with(&format!("{key}-")), "{queued:?}");
+    assert_eq!(queued[1].2, *lease, "one lease per client");
+    assert!(!waiting.is_finished(), "two owners of one client hold the lock");
+
+    guard.release().await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the queued owner was not granted")
+        .unwrap();
+    assert!(next.fencing_token() > u64::try_from(*revision).unwrap());
+    next.release().await.unwrap();
+    assert!(keys(&mut raw, &name).await.is_empty(), "a key was left behind");
+}
+
+/// An `etcdctl` child process, killed by its PID when dropped.
+struct Etcdctl(Child);
+
+impl Etcdctl {
+    fn lock(url: &str, name: &str, command: &[&str]) -> Self {
+        let child = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", servers_of(url).join(",")))
+            .args(["lock", name])
+            .args(command)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcdctl runs (scripts/test installs the etcd-client package)");
+        Etcdctl(child)
+    }
+
+    /// Waits for the child to exit, at most `within`; its stdout, or `None` if it still runs.
+    async fn output_within(&mut self, within: Duration) -> Option<String> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().expect("etcdctl's status") {
+                assert!(status.success(), "etcdctl failed: {status}");
+                let mut out = String::new();
+                if let Some(mut stdout) = self.0.stdout.take() {
+                    use std::io::Read;
+                    let _ = stdout.read_to_string(&mut out);
+                }
+                return Some(out);
+            }
+            if start.elapsed() >= within {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Etcdctl {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Promise 1 with a Go client: while `etcdctl lock NAME` holds, distlock cannot get NAME; it
+/// is granted once etcdctl releases (its key is deleted), not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_an_etcdctl_lock_excludes_distlock() {
+    let url = standalone();
+    let mut raw = raw(&url).await;
+    let name = unique("etcdctl_holds");
+    let mut etcdctl = Etcdctl::lock(&url, &name, &["sleep", "2"]);
+    let start = Instant::now();
+    while keys(&mut raw, &name).await.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "etcdctl never locked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let locks = distlock::connect(&url).await.unwrap();
+    let mutex = locks.mutex(name.as_str()).unwrap();
+    assert!(
+        mutex.try_acquire().await.unwrap().is_none(),
+        "distlock got a lock etcdctl holds"
+    );
+    let guard = mutex
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(20)))
+        .await
+        .expect("distlock was not granted after etcdctl released");
+    let found = keys(&mut raw, &name).await;
+    assert_eq!(found.len(), 1, "granted while etcdctl's key is there: {found:?}");
+    assert_eq!(u64::try_from(found[0].1).unwrap(), guard.fencing_token());
+    guard.release().await.unwrap();
+    assert!(etcdctl.output_within(Duration::from_secs(5)).await.is_some());
+}
+
+/// Promise 1 the other way: while distlock holds NAME, `etcdctl lock NAME` waits; it gets the
+/// lock once distlock releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_distlock_excludes_an_etcdctl_lock() {
+    let url = standalone();
+    let name = unique("distlock_holds");
+    let locks = distlock::connect(&url).await.unwrap();
+    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let mut etcdctl = Etcdctl::lock(&url, &name, &["echo", "etcdctl-holds"]);
+    assert_eq!(
+        etcdctl.output_within(Duration::from_millis(1500)).await,
+        None,
+        "etcdctl got a lock distlock holds"
+    );
+    guard.release().await.unwrap();
+    let out = etcdctl
+        .output_within(Duration::from_secs(10))
+        .await
+        .expect("etcdctl was not granted after distlock released");
+    assert!(out.contains("etcdctl-holds"), "{out}");
+}
+
+/// Promise 2: an operator revokes the client's etcd lease. Every lock under it fires `lost()`
+/// (renewed and fixed-lease alike), the loss is counted, and the client takes a new lease and
+/// can lock again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
+    let url = standalone();
+    let mut raw = raw(&url).await;
+    let locks = distlock::connect(&url).await.unwrap();
+    let (renewed_name, fixed_name) = (unique("revoked_renewed"), unique("revoked_fixed"));
+    let renewed = locks.mutex(renewed_name.as_str()).unwrap().acquire().await.unwrap();
+    let fixed = locks
+        .mutex(fixed_name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().lease(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let lease = keys(&mut raw, &renewed_name).await[0].2;
+    raw.lease_revoke(lease).await.expect("revoke the lease");
+    for (what, guard) in [("renewed", &renewed), ("fixed-lease", &fixed)] {
+        tokio::time::timeout(Duration::from_secs(10), guard.lost())
+            .await
+            .unwrap_or_else(|_| panic!("the {what} lock did not fire lost()"));
+    }
+    let session = locks.session().expect("etcd reports its lease as a session");
+    assert_eq!(session.borrow().sessions_lost, 1);
+    let again = locks
+        .mutex(renewed_name.as_str())
+        .unwrap()
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .expect("lock again under a new lease");
+    assert_ne!(keys(&mut raw, &renewed_name).await[0].2, lease);
+    again.release().await.unwrap();
+}
+
+/// Promise 2: an operator deletes a held key (`etcdctl del`). That lock fires `lost()` at the
+/// next renewal, and another client gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise2_a_deleted_key_fires_lost() {
+    let url = standalone();
+    let mut raw = raw(&url).await;
+    let locks = distlock::connect_with(&url, ConnectOptions::new().lease(Duration::from_millis(1500)))
+        .await
+        .unwrap();
+    let name = unique("deleted_key");
+    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    raw.delete(format!("{name}/"), Some(etcd::DeleteOptions::new().with_prefix()))
+        .await
+        .expect("delete the key");
+    tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost() did not fire after the key was deleted");
+    let other = distlock::connect(&url).await.unwrap();
+    let rival = other
+        .mutex(name.as_str())
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("the lock is free once its key is gone");
+    rival.release().await.unwrap();
+}
+
+/// A 3-member cluster started by `scripts/etcd-deployment` on free loopback ports; every
+/// member it started is killed, by the PID in its pid file, when this is dropped.
+struct OwnCluster {
+    base: u16,
+    dir: tempfile::TempDir,
+}
+
+impl OwnCluster {
+    fn start() -> Self {
+        let free = |base: u16| {
+            [0, 1, 2, 100, 101, 102]
+                .iter()
+                .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok())
+        };
+        let base = (0..100)
+            .map(|_| fastrand::u16(20_000..40_000))
+            .find(|&base| free(base))
+            .expect("free loopback ports");
+        let cluster = OwnCluster {
+            base,
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        };
+        cluster.deploy();
+        cluster
+    }
+
+    /// Runs the deployment script: starts the members that do not run.
+    fn deploy(&self) {
+        let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts/etcd-deployment");
+        let status = Command::new(script)
+            .args(["cluster", &self.base.to_string()])
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .status()
+            .expect("scripts/etcd-deployment runs (scripts/test installs etcd)");
+        assert!(status.success(), "scripts/etcd-deployment failed");
+    }
+
+    fn url(&self) -> String {
+        let b = self.base;
+        format!("etcd://127.0.0.1:{b},127.0.0.1:{},127.0.0.1:{}/", b + 1, b + 2)
+    }
+
+    /// The member (1..=3) that leads now, as the members still running say.
+    async fn leader(&self) -> Option<u16> {
+        for member in 1..=3 {
+            let endpoint = format!("127.0.0.1:{}", self.base + member - 1);
+            let options = etcd::ConnectOptions::new().with_timeout(Duration::from_millis(500));
+            let Ok(mut client) = etcd::Client::connect([endpoint], Some(options)).await else {
+                continue;
+            };
+            let Ok(Ok(status)) =
+                tokio::time::timeout(Duration::from_secs(1), client.status()).await
+            else {
+                continue;
+            };
+            if status.header().is_some_and(|h| h.member_id() == status.leader()) {
+                return Some(member);
+            }
+        }
+        None
+    }
+
+    fn kill(&self, member: u16) {
+        let pid_file = self.dir.path().join(format!("m{member}/pid"));
+        if let Ok(pid) = std::fs::read_to_string(pid_file) {
+            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        }
+    }
+}
+
+impl Drop for OwnCluster {
+    fn drop(&mut self) {
+        for member in 1..=3 {
+            self.kill(member);
+        }
+    }
+}
+
+/// Promises 1 and 3 when the cluster loses its leader while a lock is held and contended:
+/// another member is elected, the holder keeps the lock (no double grant), the waiter is
+/// granted once the holder releases, with a larger token; the killed member rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_the_lock_survives_the_loss_of_the_cluster_leader() {
+    let cluster = OwnCluster::start();
+    let url = cluster.url();
+    let holder = distlock::connect(&url).await.unwrap();
+    let rival = distlock::connect(&url).await.unwrap();
+    let name = unique("leader_loss");
+    let guard = holder.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let name = name.clone();
+        async move {
+            rival
+                .mutex(name)
+                .unwrap()
+                .acquire_with(AcquireOptions::new().wait(Duration::from_secs(90)))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let leader = cluster.leader().await.expect("the cluster has a leader");
+    cluster.kill(leader);
+    let start = Instant::now();
+    while cluster.leader().await.is_none_or(|l| l == leader) {
+        assert!(start.elapsed() < Duration::from_secs(30), "no new leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut held = None;
+    while start.elapsed() < Duration::from_secs(30) {
+        match guard.is_held().await {
+            Ok(answer) => {
+                held = Some(answer);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert_eq!(held, Some(true), "the holder lost the lock with the leader");
+    assert!(!guard.is_lost(), "lost() fired though the lease survived");
+    assert!(!waiting.is_finished(), "granted to a second holder");
+
+    cluster.deploy();
+    assert!(!waiting.is_finished(), "granted to a second holder");
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter was not granted after the release")
+        .unwrap()
+        .expect("the waiter's acquire failed");
+    assert!(granted.fencing_token() > token);
+    granted.release().await.unwrap();
+}
