@@ -390,7 +390,14 @@ impl Backend for EtcdBackend {
             if shared.check_keys(&[Some(node.clone())]).await? == [true] {
                 return Ok(Released::Released { remaining_holds });
             }
-            shared.forget(&key, &node.key);
+            let mut state = shared.state();
+            if !state.held.get(&key).is_some_and(|held| held.key == node.key) {
+                // A release of the owner's last hold, running at the same time, took the
+                // entry and deleted the key: this hold was counted before it.
+                return Ok(Released::Released { remaining_holds });
+            }
+            state.held.remove(&key);
+            state.keys.remove(&node.key);
             return Ok(Released::NotHeld);
         }
         match shared.delete_key(&node.key, Some(node.token)).await {
@@ -540,15 +547,6 @@ impl Shared {
                 })
             })
             .collect()
-    }
-
-    /// Forgets a hold whose key is gone.
-    fn forget(&self, key: &(LockName, Owner), node_key: &Arc<str>) {
-        let mut state = self.state();
-        if state.held.get(key).is_some_and(|held| &held.key == node_key) {
-            state.held.remove(key);
-        }
-        state.keys.remove(node_key);
     }
 
     fn orphan(

@@ -25,6 +25,8 @@ pub enum Strategy {
     /// distlock's ZooKeeper sequential-node lock
     #[value(name = "zookeeper")]
     ZooKeeper,
+    /// distlock's etcd lock (etcdctl lock's layout)
+    Etcd,
     /// PostgreSQL: SELECT ... FOR UPDATE in a transaction
     PgPessimistic,
     /// PostgreSQL: version column, at most 10 attempts per order
@@ -96,7 +98,8 @@ impl Strategy {
             | Strategy::TableLock
             | Strategy::Redis
             | Strategy::RedisSpin
-            | Strategy::ZooKeeper => Database::Sqlite,
+            | Strategy::ZooKeeper
+            | Strategy::Etcd => Database::Sqlite,
         }
     }
 
@@ -111,6 +114,7 @@ impl Strategy {
             | Strategy::Redis
             | Strategy::RedisSpin
             | Strategy::ZooKeeper
+            | Strategy::Etcd
             | Strategy::PgAdvisory
             | Strategy::MySqlNamed => Protection::Lock,
         }
@@ -123,6 +127,7 @@ impl Strategy {
             Strategy::Redis => Some(servers.redis.clone()),
             Strategy::RedisSpin => Some(spin_url(&servers.redis)),
             Strategy::ZooKeeper => Some(servers.zookeeper.clone()),
+            Strategy::Etcd => Some(servers.etcd.clone()),
             Strategy::PgAdvisory => Some(servers.postgres.clone()),
             Strategy::MySqlNamed => Some(servers.mysql.clone()),
             Strategy::None
@@ -186,6 +191,7 @@ mod tests {
                 "redis",
                 "redis-spin",
                 "zookeeper",
+                "etcd",
                 "pg-pessimistic",
                 "pg-optimistic",
                 "pg-advisory",

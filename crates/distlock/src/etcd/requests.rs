@@ -144,16 +144,19 @@ impl Shared {
             return Ok(granted);
         }
         let lock_prefix = self.lock_prefix(name);
-        let (waiter, key, lease_id, generation) = {
+        self.lease_granted().await?;
+        let (waiter, queued, key, lease_id, generation) = {
             let mut state = self.state();
             let waiter = state.waiter_of(name, owner);
             let queued = waiter.and_then(|id| state.waiters[&id].node.clone());
             match (queued, state.lease) {
-                (Some(node), Some(lease_id)) => (waiter, node.key, lease_id, state.generation),
+                (Some(node), Some(lease_id)) => {
+                    (waiter, true, node.key, lease_id, state.generation)
+                }
                 _ => {
                     let (key, lease_id, generation) =
                         state.new_key(&lock_prefix).ok_or_else(no_lease)?;
-                    (waiter, key, lease_id, generation)
+                    (waiter, false, key, lease_id, generation)
                 }
             }
         };
@@ -163,8 +166,9 @@ impl Shared {
         let (node, first) = match answer {
             Err(error) => {
                 // The put may have landed: the reaper deletes the key if it is there. A
-                // waiter's key stays for its next attempt.
-                if waiter.is_none() {
+                // waiter's key already queued stays for its next attempt (and goes when the
+                // waiter is dropped).
+                if !queued {
                     self.orphan(key, None, generation, None);
                 }
                 return Err(error);
@@ -204,6 +208,18 @@ impl Shared {
         Ok(Acquired::Held {
             ttl: first.then_some(Duration::ZERO),
         })
+    }
+
+    /// Waits (at most a request's timeout) while a lost lease is being replaced.
+    async fn lease_granted(&self) -> Result<()> {
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        while self.state().lease.is_none() {
+            if Instant::now() >= deadline {
+                return Err(no_lease());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(())
     }
 
     /// Re-enters a lock `owner` holds. `None` when it does not hold it (any more).
