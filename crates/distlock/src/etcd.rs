@@ -262,11 +262,9 @@ impl EtcdBackend {
         shared
             .call(
                 "write",
-                shared.kv().put(
-                    key,
-                    "",
-                    Some(etcd::PutOptions::new().with_lease(lease)),
-                ),
+                shared
+                    .kv()
+                    .put(key, "", Some(etcd::PutOptions::new().with_lease(lease))),
             )
             .await?;
         Ok(start.elapsed())
@@ -391,7 +389,11 @@ impl Backend for EtcdBackend {
                 return Ok(Released::Released { remaining_holds });
             }
             let mut state = shared.state();
-            if !state.held.get(&key).is_some_and(|held| held.key == node.key) {
+            if !state
+                .held
+                .get(&key)
+                .is_some_and(|held| held.key == node.key)
+            {
                 // A release of the owner's last hold, running at the same time, took the
                 // entry and deleted the key: this hold was counted before it.
                 return Ok(Released::Released { remaining_holds });
@@ -479,11 +481,15 @@ impl Backend for EtcdBackend {
     async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
         let shared = &self.shared;
         let key = (name.clone(), owner.clone());
-        let Some((node, holds)) = shared
-            .state()
-            .held(&key)
-            .map(|held| (Node { key: held.key.clone(), token: held.token }, held.holds))
-        else {
+        let Some((node, holds)) = shared.state().held(&key).map(|held| {
+            (
+                Node {
+                    key: held.key.clone(),
+                    token: held.token,
+                },
+                held.holds,
+            )
+        }) else {
             return Ok(0);
         };
         Ok(if shared.check_keys(&[Some(node)]).await? == [true] {

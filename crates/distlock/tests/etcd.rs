@@ -114,12 +114,18 @@ async fn promise1_keys_follow_the_layout_of_etcds_mutex() {
         if found.len() == 2 {
             break found;
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "the second owner never queued");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the second owner never queued"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(queued[1].0.starts_with(&format!("{key}-")), "{queued:?}");
     assert_eq!(queued[1].2, *lease, "one lease per client");
-    assert!(!waiting.is_finished(), "two owners of one client hold the lock");
+    assert!(
+        !waiting.is_finished(),
+        "two owners of one client hold the lock"
+    );
 
     guard.release().await.unwrap();
     let next = tokio::time::timeout(Duration::from_secs(5), waiting)
@@ -128,7 +134,10 @@ async fn promise1_keys_follow_the_layout_of_etcds_mutex() {
         .unwrap();
     assert!(next.fencing_token() > u64::try_from(*revision).unwrap());
     next.release().await.unwrap();
-    assert!(keys(&mut raw, &name).await.is_empty(), "a key was left behind");
+    assert!(
+        keys(&mut raw, &name).await.is_empty(),
+        "a key was left behind"
+    );
 }
 
 /// An `etcdctl` child process, killed by its PID when dropped.
@@ -186,7 +195,10 @@ async fn promise1_an_etcdctl_lock_excludes_distlock() {
     let mut etcdctl = Etcdctl::lock(&url, &name, &["sleep", "2"]);
     let start = Instant::now();
     while keys(&mut raw, &name).await.is_empty() {
-        assert!(start.elapsed() < Duration::from_secs(10), "etcdctl never locked");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "etcdctl never locked"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let locks = distlock::connect(&url).await.unwrap();
@@ -200,10 +212,19 @@ async fn promise1_an_etcdctl_lock_excludes_distlock() {
         .await
         .expect("distlock was not granted after etcdctl released");
     let found = keys(&mut raw, &name).await;
-    assert_eq!(found.len(), 1, "granted while etcdctl's key is there: {found:?}");
+    assert_eq!(
+        found.len(),
+        1,
+        "granted while etcdctl's key is there: {found:?}"
+    );
     assert_eq!(u64::try_from(found[0].1).unwrap(), guard.fencing_token());
     guard.release().await.unwrap();
-    assert!(etcdctl.output_within(Duration::from_secs(5)).await.is_some());
+    assert!(
+        etcdctl
+            .output_within(Duration::from_secs(5))
+            .await
+            .is_some()
+    );
 }
 
 /// Promise 1 the other way: while distlock holds NAME, `etcdctl lock NAME` waits; it gets the
@@ -237,7 +258,12 @@ async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
     let mut raw = raw(&url).await;
     let locks = distlock::connect(&url).await.unwrap();
     let (renewed_name, fixed_name) = (unique("revoked_renewed"), unique("revoked_fixed"));
-    let renewed = locks.mutex(renewed_name.as_str()).unwrap().acquire().await.unwrap();
+    let renewed = locks
+        .mutex(renewed_name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
     let fixed = locks
         .mutex(fixed_name.as_str())
         .unwrap()
@@ -251,7 +277,9 @@ async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
             .await
             .unwrap_or_else(|_| panic!("the {what} lock did not fire lost()"));
     }
-    let session = locks.session().expect("etcd reports its lease as a session");
+    let session = locks
+        .session()
+        .expect("etcd reports its lease as a session");
     assert_eq!(session.borrow().sessions_lost, 1);
     let again = locks
         .mutex(renewed_name.as_str())
@@ -269,14 +297,20 @@ async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
 async fn promise2_a_deleted_key_fires_lost() {
     let url = standalone();
     let mut raw = raw(&url).await;
-    let locks = distlock::connect_with(&url, ConnectOptions::new().lease(Duration::from_millis(1500)))
-        .await
-        .unwrap();
+    let locks = distlock::connect_with(
+        &url,
+        ConnectOptions::new().lease(Duration::from_millis(1500)),
+    )
+    .await
+    .unwrap();
     let name = unique("deleted_key");
     let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
-    raw.delete(format!("{name}/"), Some(etcd::DeleteOptions::new().with_prefix()))
-        .await
-        .expect("delete the key");
+    raw.delete(
+        format!("{name}/"),
+        Some(etcd::DeleteOptions::new().with_prefix()),
+    )
+    .await
+    .expect("delete the key");
     tokio::time::timeout(Duration::from_secs(3), guard.lost())
         .await
         .expect("lost() did not fire after the key was deleted");
@@ -332,7 +366,11 @@ impl OwnCluster {
 
     fn url(&self) -> String {
         let b = self.base;
-        format!("etcd://127.0.0.1:{b},127.0.0.1:{},127.0.0.1:{}/", b + 1, b + 2)
+        format!(
+            "etcd://127.0.0.1:{b},127.0.0.1:{},127.0.0.1:{}/",
+            b + 1,
+            b + 2
+        )
     }
 
     /// The member (1..=3) that leads now, as the members still running say.
@@ -348,7 +386,10 @@ impl OwnCluster {
             else {
                 continue;
             };
-            if status.header().is_some_and(|h| h.member_id() == status.leader()) {
+            if status
+                .header()
+                .is_some_and(|h| h.member_id() == status.leader())
+            {
                 return Some(member);
             }
         }
@@ -381,7 +422,12 @@ async fn promise1_the_lock_survives_the_loss_of_the_cluster_leader() {
     let holder = distlock::connect(&url).await.unwrap();
     let rival = distlock::connect(&url).await.unwrap();
     let name = unique("leader_loss");
-    let guard = holder.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let guard = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
     let waiting = tokio::spawn({
         let name = name.clone();
         async move {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use distlock::AcquireOptions;
 
 use crate::{
-    mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url, redis_url, spawn_holder,
-    etcd_url, sqlite_url, zookeeper_url,
+    etcd_url, mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url, redis_url,
+    spawn_holder, sqlite_url, zookeeper_url,
 };
 
 /// The lease of the holder process the SIGKILL tests start.

@@ -1,8 +1,8 @@
 //! `distlock demo`: which strategies oversell, on every server the strategies use.
 
 use crate::{
-    distlock, json_report, mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url,
-    etcd_url, redis_url, zookeeper_url,
+    distlock, etcd_url, json_report, mysql_url, postgres_url, redis_cluster_url,
+    redis_sentinel_url, redis_url, zookeeper_url,
 };
 
 #[test]

@@ -11,19 +11,16 @@ const REOPEN_AFTER: Duration = Duration::from_millis(200);
 /// Grants a lease of `ttl` (whole seconds); answers its id and the TTL the server granted.
 pub(super) async fn grant(client: &etcd::Client, ttl: Duration) -> Result<(i64, Duration)> {
     let seconds = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-    let granted = tokio::time::timeout(
-        REQUEST_TIMEOUT,
-        client.lease_client().grant(seconds, None),
-    )
-    .await
-    .map_err(|_| {
-        Error::backend(
-            SCHEME,
-            "grant a lease",
-            format!("no answer within {REQUEST_TIMEOUT:?}"),
-        )
-    })?
-    .map_err(|e| Error::backend(SCHEME, "grant a lease", e))?;
+    let granted = tokio::time::timeout(REQUEST_TIMEOUT, client.lease_client().grant(seconds, None))
+        .await
+        .map_err(|_| {
+            Error::backend(
+                SCHEME,
+                "grant a lease",
+                format!("no answer within {REQUEST_TIMEOUT:?}"),
+            )
+        })?
+        .map_err(|e| Error::backend(SCHEME, "grant a lease", e))?;
     if !granted.error().is_empty() {
         return Err(Error::backend(
             SCHEME,
@@ -52,7 +49,12 @@ pub(super) async fn keep_alive(shared: Weak<Shared>, client: etcd::Client) {
                 return;
             };
             let state = strong.state();
-            (state.lease, state.generation, state.ttl, strong.url.lease_ttl)
+            (
+                state.lease,
+                state.generation,
+                state.ttl,
+                strong.url.lease_ttl,
+            )
         };
         match current {
             (Some(lease), generation, ttl, _) => match renew(&shared, &client, lease, ttl).await {
@@ -118,11 +120,9 @@ async fn renew(shared: &Weak<Shared>, client: &etcd::Client, lease: i64, ttl: Du
             return Ended::Lost("no keep-alive was answered for half the lease's TTL");
         }
         let sent = Instant::now();
-        let opened = tokio::time::timeout_at(
-            give_up(renewed),
-            client.lease_client().keep_alive(lease),
-        )
-        .await;
+        let opened =
+            tokio::time::timeout_at(give_up(renewed), client.lease_client().keep_alive(lease))
+                .await;
         let (mut keeper, mut stream) = match opened {
             Err(_) => continue,
             Ok(Err(etcd::Error::LeaseKeepAliveError(_))) => {
@@ -218,8 +218,8 @@ impl Shared {
             // Frees the old keys at once when the server can be reached.
             let client = self.client.clone();
             tokio::spawn(async move {
-                let _ = tokio::time::timeout(REQUEST_TIMEOUT, client.lease_client().revoke(old))
-                    .await;
+                let _ =
+                    tokio::time::timeout(REQUEST_TIMEOUT, client.lease_client().revoke(old)).await;
             });
         }
     }

@@ -2,7 +2,9 @@
 
 use std::future::Future;
 
-use etcd::{Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse};
+use etcd::{
+    Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+};
 
 use super::*;
 
@@ -266,12 +268,13 @@ impl Shared {
             )],
             None => vec![Compare::create_revision(key, CompareOp::Greater, 0)],
         };
-        let txn = Txn::new()
-            .when(when)
-            .and_then([TxnOp::delete(key, None)]);
+        let txn = Txn::new().when(when).and_then([TxnOp::delete(key, None)]);
         let mut attempt = 1;
         loop {
-            match self.call("delete a lock key", self.kv().txn(txn.clone())).await {
+            match self
+                .call("delete a lock key", self.kv().txn(txn.clone()))
+                .await
+            {
                 Ok(answer) => return Ok(answer.succeeded() || attempt > 1),
                 Err(error) if attempt >= ATTEMPTS => return Err(error),
                 Err(error) => {
@@ -294,9 +297,7 @@ impl Shared {
         for batch in wanted.chunks(CHECK_BATCH) {
             let reads: Vec<TxnOp> = batch
                 .iter()
-                .map(|(_, node)| {
-                    TxnOp::get(&*node.key, Some(GetOptions::new().with_keys_only()))
-                })
+                .map(|(_, node)| TxnOp::get(&*node.key, Some(GetOptions::new().with_keys_only())))
                 .collect();
             let answer = self
                 .call("check lock keys", self.kv().txn(Txn::new().and_then(reads)))
@@ -322,7 +323,9 @@ impl Shared {
             TxnOp::get(&*node.key, Some(GetOptions::new().with_keys_only())),
             TxnOp::get(lock_prefix, Some(before)),
         ]);
-        let answer = self.call("look at the lock's queue", self.kv().txn(txn)).await?;
+        let answer = self
+            .call("look at the lock's queue", self.kv().txn(txn))
+            .await?;
         let responses = answer.op_responses();
         Ok(Look {
             own: read_kv(&responses, 0)
@@ -387,7 +390,11 @@ impl Shared {
                     first.create_revision(),
                 )])
                 .and_then([TxnOp::delete(first.key(), None)]);
-            if self.call("force-unlock", self.kv().txn(txn)).await?.succeeded() {
+            if self
+                .call("force-unlock", self.kv().txn(txn))
+                .await?
+                .succeeded()
+            {
                 return Ok(true);
             }
             // Released meanwhile: the next in line holds it now.

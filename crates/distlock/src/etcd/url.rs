@@ -87,7 +87,9 @@ impl EtcdUrl {
             Some(value) => parse_seconds(value).ok_or_else(|| {
                 invalid(
                     url,
-                    format!("lease_ttl={value:?} is not a whole number of seconds such as 10s, 2s to 1h"),
+                    format!(
+                        "lease_ttl={value:?} is not a whole number of seconds such as 10s, 2s to 1h"
+                    ),
                 )
             })?,
         };
