@@ -40,8 +40,10 @@
 //! [`Guard::lost`](crate::Guard::lost) and [`Locks::session`](crate::Locks::session), and the
 //! client takes a new lease.
 
+mod held;
 mod lease;
 mod requests;
+mod state;
 pub(crate) mod url;
 mod waiter;
 
@@ -61,6 +63,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
+use self::state::{Node, Orphan, Queued, State, no_lease};
 use self::url::EtcdUrl;
 use self::waiter::EtcdWaiter;
 
@@ -91,119 +94,13 @@ impl fmt::Debug for EtcdBackend {
 struct Shared {
     url: EtcdUrl,
     client: etcd::Client,
+    /// Transactions reading held keys sent so far.
+    key_checks: std::sync::atomic::AtomicU64,
+    /// Changes to the held keys' watch ([`held`]).
+    held_watch: tokio::sync::mpsc::UnboundedSender<held::Change>,
     status: watch::Sender<SessionStatus>,
     state: StdMutex<State>,
     reaper: Arc<Notify>,
-}
-
-#[derive(Default)]
-struct State {
-    /// Counts the client's etcd leases; entries of older ones are gone with their lease.
-    generation: u64,
-    /// The etcd lease now, `None` while a new one is being granted.
-    lease: Option<i64>,
-    /// Its TTL, as the server granted it.
-    ttl: Duration,
-    held: HashMap<(LockName, Owner), Held>,
-    waiters: HashMap<u64, Queued>,
-    next_waiter: u64,
-    /// The suffix of the next extra key (`<lease>-<n>`).
-    next_key: u64,
-    /// Keys of this lease that exist or may exist: held, queued, being made or to delete.
-    keys: HashSet<Arc<str>>,
-    /// Keys to delete in the background: abandoned by a waiter, left by a failed release or
-    /// request, or at the end of their lease.
-    orphans: Vec<Orphan>,
-    /// Locks whose lease ended and whose keys the reaper is deleting right now.
-    ending: HashSet<(LockName, Owner)>,
-}
-
-struct Held {
-    key: Arc<str>,
-    token: u64,
-    holds: u32,
-    /// The end of the lease, kept by this client: the reaper deletes the key then.
-    expires_at: Instant,
-    generation: u64,
-}
-
-/// A waiter's place in the queue.
-struct Queued {
-    name: LockName,
-    owner: Owner,
-    /// Put by the owner's next attempt; `None` until then or after the lease was lost.
-    node: Option<Node>,
-    generation: u64,
-}
-
-/// One of our keys and its create revision.
-#[derive(Clone)]
-struct Node {
-    key: Arc<str>,
-    token: u64,
-}
-
-struct Orphan {
-    key: Arc<str>,
-    /// Delete only the key with this create revision; `None`: whatever key of that name
-    /// exists (the name holds our lease id, so only this client makes it).
-    token: Option<u64>,
-    generation: u64,
-    /// The lock whose lease ended, when that is why the key goes (see `State::ending`).
-    ended: Option<(LockName, Owner)>,
-}
-
-impl State {
-    /// True while the reaper deletes the key of `key`'s ended lease and no other owner of
-    /// this client holds the name yet.
-    fn lease_ending(&self, key: &(LockName, Owner)) -> bool {
-        self.ending.contains(key)
-            && !self
-                .held
-                .keys()
-                .any(|(name, owner)| name == &key.0 && owner != &key.1)
-    }
-
-    fn held(&self, key: &(LockName, Owner)) -> Option<&Held> {
-        self.held
-            .get(key)
-            .filter(|held| held.generation == self.generation)
-    }
-
-    /// The waiter of `owner` on `name` under this lease, if any.
-    fn waiter_of(&self, name: &LockName, owner: &Owner) -> Option<u64> {
-        self.waiters
-            .iter()
-            .find(|(_, queued)| {
-                &queued.name == name
-                    && &queued.owner == owner
-                    && queued.generation == self.generation
-            })
-            .map(|(id, _)| *id)
-    }
-
-    /// Names a new key of ours under `lock_prefix` and reserves it, with the lease and its
-    /// generation; `None` while there is no lease.
-    fn new_key(&mut self, lock_prefix: &str) -> Option<(Arc<str>, i64, u64)> {
-        let lease = self.lease?;
-        let plain = format!("{lock_prefix}{lease:x}");
-        let key: Arc<str> = if self.keys.contains(plain.as_str()) {
-            self.next_key += 1;
-            format!("{plain}-{}", self.next_key).into()
-        } else {
-            plain.into()
-        };
-        self.keys.insert(key.clone());
-        Some((key, lease, self.generation))
-    }
-}
-
-fn no_lease() -> Error {
-    Error::backend(
-        SCHEME,
-        "put a lock key",
-        "the client's etcd lease was lost and a new one is not granted yet",
-    )
 }
 
 impl EtcdBackend {
@@ -222,9 +119,12 @@ impl EtcdBackend {
             .await
             .map_err(|e| Error::backend(SCHEME, "connect", e))?;
         let (lease, ttl) = lease::grant(&client, url.lease_ttl).await?;
+        let (held_watch, changes) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             url,
             client,
+            key_checks: std::sync::atomic::AtomicU64::new(0),
+            held_watch,
             status: watch::channel(SessionStatus {
                 state: SessionState::Connected,
                 sessions_lost: 0,
@@ -240,6 +140,11 @@ impl EtcdBackend {
         tokio::spawn(lease::keep_alive(
             Arc::downgrade(&shared),
             shared.client.clone(),
+        ));
+        tokio::spawn(held::watch(
+            Arc::downgrade(&shared),
+            shared.client.clone(),
+            changes,
         ));
         tokio::spawn(crate::reaper::run(
             Arc::downgrade(&shared),
@@ -268,6 +173,14 @@ impl EtcdBackend {
             )
             .await?;
         Ok(start.elapsed())
+    }
+
+    /// How many transactions reading held keys this backend has sent. Read through
+    /// [`crate::hooks`].
+    pub(crate) fn key_check_requests(&self) -> u64 {
+        self.shared
+            .key_checks
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The key prefix under which lock `name`'s contenders put their keys.
@@ -377,7 +290,10 @@ impl Backend for EtcdBackend {
                     Some(held.holds)
                 }
                 Some(held) if held.key == node.key => {
+                    let watch = held.watch;
                     state.held.remove(&key);
+                    drop(state);
+                    shared.unwatch(watch);
                     None
                 }
                 _ => return Ok(Released::NotHeld),
@@ -388,18 +304,17 @@ impl Backend for EtcdBackend {
             if shared.check_keys(&[Some(node.clone())]).await? == [true] {
                 return Ok(Released::Released { remaining_holds });
             }
-            let mut state = shared.state();
-            if !state
+            let taken = shared
+                .state()
                 .held
                 .get(&key)
-                .is_some_and(|held| held.key == node.key)
-            {
+                .is_none_or(|held| held.key != node.key);
+            if taken {
                 // A release of the owner's last hold, running at the same time, took the
                 // entry and deleted the key: this hold was counted before it.
                 return Ok(Released::Released { remaining_holds });
             }
-            state.held.remove(&key);
-            state.keys.remove(&node.key);
+            shared.forget(&key, &node.key);
             return Ok(Released::NotHeld);
         }
         match shared.delete_key(&node.key, Some(node.token)).await {
@@ -430,41 +345,45 @@ impl Backend for EtcdBackend {
         };
         let start = Instant::now();
         let alive = shared.check_keys(&[Some(node.clone())]).await? == [true];
-        let mut state = shared.state();
-        let extended = match state.held.get_mut(&key) {
+        let extended = match shared.state().held.get_mut(&key) {
             Some(held) if held.key == node.key && alive => {
                 held.expires_at = start + lease;
                 Extended::Extended
             }
-            Some(held) if held.key == node.key => {
-                state.held.remove(&key);
-                state.keys.remove(&node.key);
-                Extended::NotHeld
-            }
             _ => Extended::NotHeld,
         };
-        drop(state);
+        if !alive {
+            shared.forget(&key, &node.key);
+        }
         shared.reaper.notify_one();
         Ok(extended)
     }
 
     async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
         let shared = &self.shared;
-        let nodes = shared.held_nodes(locks);
         let start = Instant::now();
-        let alive = shared.check_keys(&nodes).await?;
-        let mut state = shared.state();
-        for ((key, node), alive) in locks.iter().zip(&nodes).zip(&alive) {
-            let Some(node) = node else { continue };
-            match state.held.get_mut(key) {
-                Some(held) if held.key == node.key && *alive => held.expires_at = start + lease,
-                Some(held) if held.key == node.key => {
-                    state.held.remove(key);
-                    state.keys.remove(&node.key);
+        // While the held keys' watch is up, it has told of every deletion: no request.
+        let alive = match shared.renew_watched(locks, start + lease) {
+            Some(alive) => alive,
+            None => {
+                let nodes = shared.held_nodes(locks);
+                let alive = shared.check_keys(&nodes).await?;
+                for ((key, node), alive) in locks.iter().zip(&nodes).zip(&alive) {
+                    let Some(node) = node else { continue };
+                    let mut state = shared.state();
+                    match state.held.get_mut(key) {
+                        Some(held) if held.key == node.key && *alive => {
+                            held.expires_at = start + lease;
+                        }
+                        _ => {
+                            drop(state);
+                            shared.forget(key, &node.key);
+                        }
+                    }
                 }
-                _ => {}
+                alive
             }
-        }
+        };
         Ok(alive)
     }
 
@@ -509,104 +428,5 @@ impl Backend for EtcdBackend {
 
     fn session(&self) -> Option<watch::Receiver<SessionStatus>> {
         Some(self.shared.status.subscribe())
-    }
-}
-
-impl Shared {
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        // Every update completes without a panic point: a poisoned lock is whole.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn kv(&self) -> etcd::KvClient {
-        self.client.kv_client()
-    }
-
-    fn lock_prefix(&self, name: &LockName) -> String {
-        self.url.lock_prefix(&name.escaped())
-    }
-
-    /// The key `owner` holds `name` with, and its generation.
-    fn held_node(&self, key: &(LockName, Owner)) -> Option<(Node, u64)> {
-        self.state().held(key).map(|held| {
-            (
-                Node {
-                    key: held.key.clone(),
-                    token: held.token,
-                },
-                held.generation,
-            )
-        })
-    }
-
-    /// Our held keys for `locks`, `None` where we hold none.
-    fn held_nodes(&self, locks: &[(LockName, Owner)]) -> Vec<Option<Node>> {
-        let state = self.state();
-        locks
-            .iter()
-            .map(|key| {
-                state.held(key).map(|held| Node {
-                    key: held.key.clone(),
-                    token: held.token,
-                })
-            })
-            .collect()
-    }
-
-    fn orphan(
-        &self,
-        key: Arc<str>,
-        token: Option<u64>,
-        generation: u64,
-        ended: Option<(LockName, Owner)>,
-    ) {
-        self.state().orphans.push(Orphan {
-            key,
-            token,
-            generation,
-            ended,
-        });
-        self.reaper.notify_one();
-    }
-
-    /// Records a grant of `node` to `owner`. False when it cannot stand: the lease it was
-    /// made under is gone, or the owner got the lock through another key meanwhile.
-    fn record_grant(
-        &self,
-        name: &LockName,
-        owner: &Owner,
-        node: &Node,
-        lease: Duration,
-        generation: u64,
-        waiter: Option<u64>,
-    ) -> bool {
-        let mut state = self.state();
-        let key = (name.clone(), owner.clone());
-        if generation != state.generation || state.held(&key).is_some() {
-            return false;
-        }
-        if let Some(id) = waiter {
-            match state.waiters.get(&id) {
-                Some(queued) if queued.node.as_ref().is_some_and(|n| n.key == node.key) => {
-                    state.waiters.remove(&id);
-                }
-                _ => return false,
-            }
-        }
-        state.held.insert(
-            key,
-            Held {
-                key: node.key.clone(),
-                token: node.token,
-                holds: 1,
-                expires_at: Instant::now() + lease,
-                generation,
-            },
-        );
-        drop(state);
-        self.reaper.notify_one();
-        true
     }
 }

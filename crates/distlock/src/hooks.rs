@@ -38,3 +38,10 @@ pub async fn etcd_write_round_trip(
 ) -> crate::Result<std::time::Duration> {
     backend.write_round_trip().await
 }
+
+/// How many etcd transactions that read held keys (renewals while the held keys' watch is
+/// down, re-entries, extensions, releases of one hold of several) `backend` has sent.
+#[cfg(feature = "etcd")]
+pub fn etcd_key_check_requests(backend: &crate::etcd::EtcdBackend) -> u64 {
+    backend.key_check_requests()
+}

@@ -140,6 +140,44 @@ async fn promise1_keys_follow_the_layout_of_etcds_mutex() {
     );
 }
 
+/// One etcd lease carries every renewed lock: while the held keys' watch is up, renewing 200
+/// locks every 200 ms sends no request that reads them, and none of them is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_send_no_request_per_lock() {
+    let backend = std::sync::Arc::new(
+        distlock::etcd::EtcdBackend::connect(&standalone())
+            .await
+            .unwrap(),
+    );
+    let options = ConnectOptions::new().lease(Duration::from_millis(600));
+    let locks = distlock::Locks::with_backend(backend.clone(), options).unwrap();
+    let base = unique("renewals");
+    let mut guards = Vec::new();
+    for i in 0..200 {
+        let name = format!("{base}-{i}");
+        guards.push(locks.mutex(name.as_str()).unwrap().acquire().await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (checks, renewals) = (
+        distlock::hooks::etcd_key_check_requests(&backend),
+        distlock::hooks::renewal_requests(&locks),
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        distlock::hooks::renewal_requests(&locks) >= renewals + 5,
+        "the locks were not renewed"
+    );
+    assert_eq!(
+        distlock::hooks::etcd_key_check_requests(&backend),
+        checks,
+        "renewals read the held keys"
+    );
+    assert!(guards.iter().all(|guard| !guard.is_lost()));
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
 /// An `etcdctl` child process, killed by its PID when dropped.
 struct Etcdctl(Child);
 

@@ -200,7 +200,7 @@ impl Shared {
         state.generation += 1;
         let generation = state.generation;
         let lost = state.held.len();
-        state.held.clear();
+        let watches: Vec<i64> = state.held.drain().map(|(_, held)| held.watch).collect();
         state.orphans.clear();
         state.keys.clear();
         state.ending.clear();
@@ -210,6 +210,9 @@ impl Shared {
         }
         drop(state);
         tracing::warn!(locks = lost, why, "etcd lease lost; its locks are lost");
+        for watch in watches {
+            self.unwatch(watch);
+        }
         self.status.send_modify(|status| {
             status.state = SessionState::Suspended;
             status.sessions_lost += 1;
@@ -242,6 +245,7 @@ impl Reap for Shared {
         for key in expired {
             if let Some(held) = state.held.remove(&key) {
                 tracing::debug!(lock = %key.0, "the lease ended; deleting the key");
+                self.unwatch(held.watch);
                 state.ending.insert(key.clone());
                 state.orphans.push(Orphan {
                     key: held.key,

@@ -1,6 +1,7 @@
 //! What the etcd backend asks its servers: keys put, found, checked and deleted.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 
 use etcd::{
     Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
@@ -247,8 +248,8 @@ impl Shared {
                         holds: held.holds,
                     }))
                 } else {
-                    state.held.remove(&key);
-                    state.keys.remove(&node.key);
+                    drop(state);
+                    self.forget(&key, &node.key);
                     Ok(None)
                 }
             }
@@ -299,6 +300,7 @@ impl Shared {
                 .iter()
                 .map(|(_, node)| TxnOp::get(&*node.key, Some(GetOptions::new().with_keys_only())))
                 .collect();
+            self.key_checks.fetch_add(1, Ordering::Relaxed);
             let answer = self
                 .call("check lock keys", self.kv().txn(Txn::new().and_then(reads)))
                 .await?;
