@@ -31,9 +31,10 @@
 //! keep-alive stream renews every third of its TTL, whatever the number of locks. The API's
 //! leases are kept in the client that holds the lock (as with ZooKeeper): a fixed lease
 //! ([`AcquireOptions::lease`](crate::AcquireOptions::lease)) ends with the client deleting
-//! its key, and a renewed lock's key is checked at every renewal (one transaction per 100
-//! locks), which notices a key deleted by an operator. A holder whose process dies leaves its
-//! keys until its etcd lease runs out.
+//! its key. A second stream watches the keys the client holds, so that a key deleted by an
+//! operator fires its lock's `lost()` at the next renewal, and renewals send no request
+//! while that watch is up. A holder whose process dies leaves its keys until its etcd lease
+//! runs out.
 //!
 //! When the server answers that the lease is gone, or no keep-alive is answered for half its
 //! TTL (the server may expire it a little later), every lock under it is reported lost through

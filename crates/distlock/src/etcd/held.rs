@@ -76,6 +76,8 @@ pub(super) async fn watch(
                 })
                 .collect()
         };
+        // Watches asked for and not yet answered as created, and watches in place.
+        let mut requested = HashSet::new();
         let mut watched = HashSet::new();
         let mut failed = false;
         for (id, node) in &held {
@@ -90,6 +92,7 @@ pub(super) async fn watch(
                 failed = true;
                 break;
             }
+            requested.insert(*id);
             watched.insert(*id);
         }
         // A key deleted while no stream was up is not in the new watches: ask once.
@@ -118,6 +121,7 @@ pub(super) async fn watch(
                     None => return,
                     Some(Change::Watch { id, key, from }) => {
                         if watched.insert(id) {
+                            requested.insert(id);
                             // From the grant's revision: a deletion since then is replayed.
                             let options = WatchOptions::new()
                                 .with_watch_id(id)
@@ -141,7 +145,10 @@ pub(super) async fn watch(
                     let Ok(Some(answer)) = message else { break };
                     let Some(strong) = shared.upgrade() else { return };
                     let mut state = strong.state();
-                    if answer.created() && answer.watch_id() != 0 && !watched.contains(&answer.watch_id()) {
+                    if answer.created()
+                        && answer.watch_id() != 0
+                        && !requested.remove(&answer.watch_id())
+                    {
                         // A server that does not take the client's watch ids: renewals ask
                         // the server instead.
                         tracing::warn!("the etcd server does not take watch ids; renewals read the held keys");
