@@ -336,7 +336,8 @@ async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
 }
 
 /// Promise 2: an operator deletes a held key (`etcdctl del`). That lock fires `lost()` at the
-/// next renewal, and another client gets it.
+/// next renewal, and another client gets it; also after the client's held keys' watch has
+/// followed 1500 brief grants (its answers must be read while it is asked for more).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise2_a_deleted_key_fires_lost() {
     let url = standalone();
@@ -348,6 +349,10 @@ async fn promise2_a_deleted_key_fires_lost() {
     .await
     .unwrap();
     let name = unique("deleted_key");
+    let brief = locks.mutex(format!("{name}-brief")).unwrap();
+    for _ in 0..1500 {
+        brief.acquire().await.unwrap().release().await.unwrap();
+    }
     let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
     raw.delete(
         format!("{name}/"),

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use etcd::{EventType, WatchFilterType, WatchOptions};
+use etcd::{EventType, WatchFilterType, WatchOptions, WatchStream};
 use tokio::sync::mpsc;
 
 use super::*;
@@ -45,7 +45,7 @@ pub(super) async fn watch(
             client.watch_client().watch(anchor, Some(options)),
         )
         .await;
-        let (mut watcher, mut stream) = match opened {
+        let (mut watcher, stream) = match opened {
             Ok(Ok(opened)) => opened,
             Ok(Err(error)) => {
                 tracing::debug!(%error, "opening the held keys' watch failed");
@@ -56,7 +56,12 @@ pub(super) async fn watch(
         };
         // What was asked while no stream was up is in the state now.
         while changes.try_recv().is_ok() {}
+        let ids = Arc::new(StdMutex::new(Ids::default()));
+        // The answers are read by a task of their own, always: a server whose answers are
+        // not read stops reading requests, and a writer waiting on it would never read them.
+        let mut reader = tokio::spawn(read(shared.clone(), stream, ids.clone()));
         let Some(strong) = shared.upgrade() else {
+            reader.abort();
             return;
         };
         let held: Vec<(i64, Node)> = {
@@ -76,11 +81,14 @@ pub(super) async fn watch(
                 })
                 .collect()
         };
-        // Watches asked for and not yet answered as created, and watches in place.
-        let mut requested = HashSet::new();
         let mut watched = HashSet::new();
         let mut failed = false;
         for (id, node) in &held {
+            ids.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .requested
+                .insert(*id);
+            watched.insert(*id);
             let options = WatchOptions::new()
                 .with_watch_id(*id)
                 .with_filters([WatchFilterType::NoPut]);
@@ -92,13 +100,11 @@ pub(super) async fn watch(
                 failed = true;
                 break;
             }
-            requested.insert(*id);
-            watched.insert(*id);
         }
         // A key deleted while no stream was up is not in the new watches: ask once.
         let nodes: Vec<Option<Node>> = held.iter().map(|(_, node)| Some(node.clone())).collect();
         match strong.check_keys(&nodes).await {
-            Ok(alive) if !failed => {
+            Ok(alive) if !failed && !reader.is_finished() => {
                 let mut state = strong.state();
                 for ((_, node), alive) in held.iter().zip(alive) {
                     if !alive {
@@ -109,72 +115,108 @@ pub(super) async fn watch(
             }
             _ => {
                 drop(strong);
+                reader.abort();
                 tokio::time::sleep(REOPEN_AFTER).await;
                 continue;
             }
         }
         drop(strong);
-        let mut unwatched = HashSet::new();
-        loop {
+        let ended = loop {
             tokio::select! {
+                ended = &mut reader => break ended.unwrap_or(Ended::Broken),
                 change = changes.recv() => match change {
-                    None => return,
+                    None => {
+                        reader.abort();
+                        return;
+                    }
                     Some(Change::Watch { id, key, from }) => {
                         if watched.insert(id) {
-                            requested.insert(id);
+                            ids.lock().unwrap_or_else(|p| p.into_inner()).requested.insert(id);
                             // From the grant's revision: a deletion since then is replayed.
                             let options = WatchOptions::new()
                                 .with_watch_id(id)
                                 .with_start_revision(from)
                                 .with_filters([WatchFilterType::NoPut]);
                             if watcher.watch(key.as_bytes(), Some(options)).await.is_err() {
-                                break;
+                                break Ended::Broken;
                             }
                         }
                     }
                     Some(Change::Unwatch { id }) => {
                         if watched.remove(&id) {
-                            unwatched.insert(id);
+                            ids.lock().unwrap_or_else(|p| p.into_inner()).unwatched.insert(id);
                             if watcher.cancel_by_id(id).await.is_err() {
-                                break;
+                                break Ended::Broken;
                             }
                         }
                     }
                 },
-                message = stream.message() => {
-                    let Ok(Some(answer)) = message else { break };
-                    let Some(strong) = shared.upgrade() else { return };
-                    let mut state = strong.state();
-                    if answer.created()
-                        && answer.watch_id() != 0
-                        && !requested.remove(&answer.watch_id())
-                    {
-                        // A server that does not take the client's watch ids: renewals ask
-                        // the server instead.
-                        tracing::warn!("the etcd server does not take watch ids; renewals read the held keys");
-                        state.watch_up = false;
-                        return;
-                    }
-                    for event in answer.events() {
-                        if event.event_type() == EventType::Delete
-                            && let Some(kv) = event.kv()
-                        {
-                            mark_gone(&mut state, kv.key());
-                        }
-                    }
-                    if answer.canceled() && !unwatched.remove(&answer.watch_id()) {
-                        // The server ended a watch nobody asked to end (a compacted
-                        // revision, an id it refused): start again, and check.
-                        tracing::debug!(reason = answer.cancel_reason(), "a held key's watch was cancelled");
-                        break;
-                    }
-                }
             }
-        }
+        };
+        reader.abort();
         if let Some(strong) = shared.upgrade() {
             strong.state().watch_up = false;
         }
+        if ended == Ended::Refused {
+            tracing::warn!(
+                "the etcd server does not take client watch ids; renewals read the held keys"
+            );
+            return;
+        }
         tokio::time::sleep(REOPEN_AFTER).await;
+    }
+}
+
+/// The watches of one stream the reader must tell apart.
+#[derive(Default)]
+struct Ids {
+    /// Asked for and not yet answered as created.
+    requested: HashSet<i64>,
+    /// Asked to end and not yet answered as cancelled.
+    unwatched: HashSet<i64>,
+}
+
+/// Why a stream's reader ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Ended {
+    /// The stream broke or a watch ended that nobody ended: open it again, and check.
+    Broken,
+    /// The server assigns watch ids of its own: the watch cannot be followed by key.
+    Refused,
+}
+
+/// Reads the answers of one stream: marks the held keys deleted, until the stream ends.
+async fn read(shared: Weak<Shared>, mut stream: WatchStream, ids: Arc<StdMutex<Ids>>) -> Ended {
+    loop {
+        let Ok(Some(answer)) = stream.message().await else {
+            return Ended::Broken;
+        };
+        let Some(strong) = shared.upgrade() else {
+            return Ended::Broken;
+        };
+        let id = answer.watch_id();
+        {
+            let mut ids = ids.lock().unwrap_or_else(|p| p.into_inner());
+            if answer.created() && id != 0 && !ids.requested.remove(&id) {
+                return Ended::Refused;
+            }
+            if answer.canceled() && !ids.unwatched.remove(&id) {
+                // A compacted revision, a duplicate id: start again.
+                tracing::debug!(
+                    reason = answer.cancel_reason(),
+                    "a held key's watch was cancelled"
+                );
+                return Ended::Broken;
+            }
+        }
+        let mut state = strong.state();
+        for event in answer.events() {
+            if event.event_type() == EventType::Delete
+                && let Some(kv) = event.kv()
+            {
+                mark_gone(&mut state, kv.key());
+            }
+        }
     }
 }
 
