@@ -522,3 +522,55 @@ async fn promise1_the_lock_survives_the_loss_of_the_cluster_leader() {
     assert!(granted.fencing_token() > token);
     granted.release().await.unwrap();
 }
+
+/// Promise 2 across a partition longer than the etcd lease: a holder with the 30 s API lease,
+/// cut off from the server (nothing passes either way), gives its 2 s etcd lease up after
+/// half of it and fires `lost()`; the server ends the lease after all of it and a rival is
+/// granted, after the `lost()`, with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise2_a_partitioned_holder_fires_lost_before_the_rival_is_granted() {
+    let url = standalone();
+    let server = tokio::net::lookup_host(servers_of(&url)[0].as_str())
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let proxy = distlock::fault::FaultProxy::start(server).await.unwrap();
+    let proxied = format!("etcd://{}/?lease_ttl=2s", proxy.address());
+    let holder = distlock::connect(&proxied).await.unwrap();
+    let name = unique("partition");
+    let guard = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let rival = distlock::connect(&url).await.unwrap();
+    proxy.blackhole();
+    let (lost_at, (granted_at, granted)) = tokio::join!(
+        async {
+            tokio::time::timeout(Duration::from_secs(20), guard.lost())
+                .await
+                .ok()
+                .map(|_| Instant::now())
+        },
+        async {
+            let granted = rival
+                .mutex(name.as_str())
+                .unwrap()
+                .acquire_with(AcquireOptions::new().wait(Duration::from_secs(20)))
+                .await;
+            (Instant::now(), granted)
+        }
+    );
+    let lost_at = lost_at.expect("the partitioned holder never fired lost()");
+    let granted = granted.expect("the rival was never granted: the holder's lease did not end");
+    assert!(
+        lost_at < granted_at,
+        "the rival was granted {:?} before the holder fired lost()",
+        lost_at - granted_at
+    );
+    assert!(granted.fencing_token() > guard.fencing_token());
+    granted.release().await.unwrap();
+    proxy.heal();
+}
