@@ -182,13 +182,6 @@ impl Shared {
         });
     }
 
-    /// A request was refused because the lease is gone: give it up now rather than at the
-    /// next keep-alive.
-    pub(super) fn lease_not_found(&self) {
-        let generation = self.state().generation;
-        self.lose_lease(generation, "a request found the lease gone");
-    }
-
     /// Forgets the locks of lease `generation` (unless already done), reports the loss, and
     /// lets the keep-alive task take a new lease.
     pub(super) fn lose_lease(&self, generation: u64, why: &'static str) {

@@ -58,12 +58,7 @@ impl Shared {
     ) -> Result<T> {
         match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(error)) => {
-                if error.to_string().contains("lease not found") {
-                    self.lease_not_found();
-                }
-                Err(Error::backend(SCHEME, operation, error))
-            }
+            Ok(Err(error)) => Err(Error::backend(SCHEME, operation, error)),
             Err(_) => Err(Error::backend(
                 SCHEME,
                 operation,
@@ -173,6 +168,13 @@ impl Shared {
                 // waiter is dropped).
                 if !queued {
                     self.orphan(key, None, generation, None);
+                }
+                if std::error::Error::source(&error)
+                    .is_some_and(|source| source.to_string().contains("lease not found"))
+                {
+                    // The lease this put was under is gone: give it up now rather than at
+                    // the next keep-alive (a newer lease is left alone).
+                    self.lose_lease(generation, "a put found the lease gone");
                 }
                 return Err(error);
             }
