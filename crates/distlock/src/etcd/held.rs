@@ -108,7 +108,7 @@ pub(super) async fn watch(
                 let mut state = strong.state();
                 for ((_, node), alive) in held.iter().zip(alive) {
                     if !alive {
-                        mark_gone(&mut state, node.key.as_bytes());
+                        mark_gone(&mut state, node.key.as_bytes(), i64::MAX);
                     }
                 }
                 state.watch_up = true;
@@ -214,20 +214,22 @@ async fn read(shared: Weak<Shared>, mut stream: WatchStream, ids: Arc<StdMutex<I
             if event.event_type() == EventType::Delete
                 && let Some(kv) = event.kv()
             {
-                mark_gone(&mut state, kv.key());
+                mark_gone(&mut state, kv.key(), kv.mod_revision());
             }
         }
     }
 }
 
-/// Marks the held entry of `key` (if any, under the current lease) as deleted.
-fn mark_gone(state: &mut State, key: &[u8]) {
+/// Marks the held entry of `key` as deleted, when the deletion (at revision `deleted`) came
+/// after the entry's grant: a key released and put again under the same name is a new grant,
+/// which a late event of the old key's deletion must not end.
+fn mark_gone(state: &mut State, key: &[u8], deleted: i64) {
     let generation = state.generation;
-    if let Some(held) = state
-        .held
-        .values_mut()
-        .find(|held| held.generation == generation && held.key.as_bytes() == key)
-    {
+    if let Some(held) = state.held.values_mut().find(|held| {
+        held.generation == generation
+            && held.key.as_bytes() == key
+            && u64::try_from(deleted).unwrap_or(0) > held.token
+    }) {
         held.gone = true;
     }
 }

@@ -17,7 +17,8 @@ const CHECK_BATCH: usize = 100;
 /// it with the revision of the read.
 pub(super) struct Look {
     pub(super) own: bool,
-    pub(super) predecessor: Option<Vec<u8>>,
+    /// The key just before ours and its create revision.
+    pub(super) predecessor: Option<(Vec<u8>, i64)>,
     pub(super) revision: i64,
 }
 
@@ -334,21 +335,24 @@ impl Shared {
         Ok(Look {
             own: read_kv(&responses, 0)
                 .is_some_and(|kv| revision_token(kv.create_revision()) == node.token),
-            predecessor: read_kv(&responses, 1).map(|kv| kv.key().to_vec()),
+            predecessor: read_kv(&responses, 1).map(|kv| (kv.key().to_vec(), kv.create_revision())),
             revision: answer.header().map_or(0, |header| header.revision()),
         })
     }
 
-    /// Whether `key` exists.
-    pub(super) async fn exists(&self, key: &[u8]) -> Result<bool> {
+    /// Whether `key` exists with the create revision `created` (a key deleted and put again
+    /// under the same name is another key).
+    pub(super) async fn exists(&self, key: &[u8], created: i64) -> Result<bool> {
         let answer = self
             .call(
                 "check a lock key",
-                self.kv()
-                    .get(key, Some(GetOptions::new().with_count_only())),
+                self.kv().get(key, Some(GetOptions::new().with_keys_only())),
             )
             .await?;
-        Ok(answer.count() > 0)
+        Ok(answer
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == created))
     }
 
     pub(super) async fn is_locked(&self, name: &LockName) -> Result<bool> {

@@ -134,7 +134,7 @@ impl ReleaseWaiter for EtcdWaiter {
                 // Our key is gone (an operator deleted it): the next attempt puts it again.
                 return Woken::Retry;
             }
-            let Some(predecessor) = look.predecessor else {
+            let Some((predecessor, created)) = look.predecessor else {
                 return self.granted(&node, generation);
             };
             let mut stream = match self.watch(&predecessor, look.revision).await {
@@ -147,7 +147,7 @@ impl ReleaseWaiter for EtcdWaiter {
             };
             if self.shared.url.watch == WatchStart::Now {
                 // A deletion between the look and the watch is not in the watch: look again.
-                match self.shared.exists(&predecessor).await {
+                match self.shared.exists(&predecessor, created).await {
                     Ok(true) => {}
                     Ok(false) => continue,
                     Err(error) => {
