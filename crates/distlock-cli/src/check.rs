@@ -143,7 +143,10 @@ pub async fn run(args: CheckArgs) -> CliResult {
     let stop_path = dir.path().join("stop");
 
     // Locks that end with their connection: a cut may let a rival in before lost() fires.
-    let frees = locks.session().is_some() && !locks.backend_scheme().starts_with("zk");
+    // ZooKeeper sessions and etcd leases outlive a connection.
+    let frees = locks.session().is_some()
+        && !locks.backend_scheme().starts_with("zk")
+        && locks.backend_scheme() != "etcd";
     let spawner = Spawner {
         args: &args,
         name,

@@ -75,7 +75,7 @@ pub enum DemoScenario {
 #[derive(Debug, Args)]
 pub struct Servers {
     /// The Redis server of the redis, redis-spin and redis-atomic strategies (and, in the
-    /// hot-item scenario, the stock of the zookeeper strategy).
+    /// hot-item scenario, the stock of the zookeeper and etcd strategies).
     #[arg(long, default_value = "redis://127.0.0.1:6379/")]
     pub redis: String,
     /// The independent Redis masters of the redlock strategy.
@@ -87,6 +87,9 @@ pub struct Servers {
     /// The ZooKeeper ensemble of the zookeeper strategy.
     #[arg(long, default_value = "zk://127.0.0.1:2181/")]
     pub zookeeper: String,
+    /// The etcd cluster of the etcd strategy.
+    #[arg(long, default_value = "etcd://127.0.0.1:2379/")]
+    pub etcd: String,
     /// The PostgreSQL database of the pg-* strategies: the stock table and, for
     /// pg-advisory, the advisory lock.
     #[arg(

@@ -26,3 +26,22 @@ pub async fn zookeeper_write_round_trip(
 ) -> crate::Result<std::time::Duration> {
     backend.write_round_trip().await
 }
+
+/// One etcd write round trip of `backend` (a put of one key under its lease): the unit of an
+/// etcd handoff.
+///
+/// # Errors
+/// [`Error::Backend`](crate::Error::Backend) when the write fails.
+#[cfg(feature = "etcd")]
+pub async fn etcd_write_round_trip(
+    backend: &crate::etcd::EtcdBackend,
+) -> crate::Result<std::time::Duration> {
+    backend.write_round_trip().await
+}
+
+/// How many etcd transactions that read held keys (renewals while the held keys' watch is
+/// down, re-entries, extensions, releases of one hold of several) `backend` has sent.
+#[cfg(feature = "etcd")]
+pub fn etcd_key_check_requests(backend: &crate::etcd::EtcdBackend) -> u64 {
+    backend.key_check_requests()
+}

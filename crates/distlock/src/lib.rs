@@ -47,6 +47,7 @@
 //! | `postgres://user@host:5432/db` (or `postgresql://`) | PostgreSQL session advisory locks, each on a connection the lock owns | `postgres` | in the server's queue order | when its connection closes |
 //! | `postgres://user@host:5432/db?mode=table` | table-record lock in a PostgreSQL table, LISTEN/NOTIFY wake-up | `postgres` | first to ask after the release | when the lease ends |
 //! | `zk+naive://h1:2181/` | one ephemeral node that every waiter watches (the herd effect, for comparison) | `zookeeper` | first to ask after the release | when its session times out |
+//! | `etcd://h1:2379,h2:2379/prefix` | etcd lease-and-revision lock (the layout of etcd's `concurrency.Mutex` and `etcdctl lock`), one watch per waiter | `etcd` | in arrival order | when the client's etcd lease runs out (`?lease_ttl=`, 10 s) |
 //! | `mysql://user@host:3306/db` (or `mariadb://`) | MySQL/MariaDB named locks (`GET_LOCK`), each on a connection the lock owns | `mysql` | in the server's order | when its connection closes |
 //! | `mysql://user@host:3306/db?mode=table` | table-record lock in a MySQL table; waiters in other clients poll | `mysql` | first to ask after the release | when the lease ends |
 //!
@@ -65,7 +66,9 @@
 //! PostgreSQL and MySQL session locks live in their connection: the server frees them the
 //! moment it closes (see `docs/backends/postgres.md` and `docs/backends/mysql.md`).
 //!
-//! The etcd backend is planned; its scheme answers with [`Error::NotYetAvailable`] until then.
+//! etcd keeps every lock of a client under one etcd lease, kept alive by one stream; the
+//! API's leases are kept in the holder's client, and a lost etcd lease fires `lost()` on every
+//! lock under it (see `docs/backends/etcd.md` and [`Locks::session`]).
 //!
 //! # Ownership, leases and loss
 //!
@@ -96,6 +99,8 @@ mod client;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "fault")]
 pub mod fault;
 mod finish;
@@ -110,7 +115,12 @@ mod name;
 mod options;
 #[cfg(feature = "postgres")]
 pub mod postgres;
-#[cfg(any(feature = "postgres", feature = "mysql", feature = "zookeeper"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper",
+    feature = "etcd"
+))]
 mod reaper;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -164,11 +174,6 @@ pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<Locks> {
 /// As [`connect`].
 pub async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
     let (scheme, _) = scheme::of_url(url)?;
-    if scheme.kind == BackendKind::Etcd {
-        return Err(Error::NotYetAvailable {
-            scheme: scheme.name.to_owned(),
-        });
-    }
     match scheme.kind {
         BackendKind::Memory => memory::connect(url).await,
         #[cfg(feature = "sqlite")]
@@ -179,6 +184,8 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
         BackendKind::Redlock => crate::redis::redlock::connect(url).await,
         #[cfg(feature = "zookeeper")]
         BackendKind::ZooKeeper => crate::zookeeper::connect(url).await,
+        #[cfg(feature = "etcd")]
+        BackendKind::Etcd => crate::etcd::connect(url).await,
         #[cfg(feature = "postgres")]
         BackendKind::Postgres => crate::postgres::connect(url).await,
         #[cfg(feature = "mysql")]
@@ -199,12 +206,6 @@ mod tests {
     async fn bad_urls_get_typed_errors() {
         assert!(connect("nonsense").await.unwrap_err().is_invalid_input());
         assert!(connect("ftp://x").await.unwrap_err().is_invalid_input());
-        assert!(
-            connect("etcd://127.0.0.1")
-                .await
-                .unwrap_err()
-                .is_unsupported()
-        );
         #[cfg(feature = "sqlite")]
         {
             assert!(connect("sqlite://").await.unwrap_err().is_invalid_input());

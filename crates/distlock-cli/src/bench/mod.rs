@@ -11,6 +11,8 @@ mod contend;
 mod plot;
 mod renewal;
 mod report;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+mod write;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -82,19 +84,12 @@ pub async fn run(args: BenchArgs) -> CliResult {
     progress.finish();
     let rtt_after_idle = Stats::of(idle_rtt_samples);
 
-    // 1c. ZooKeeper: every grant and release is a write that the leader logs before it
-    // answers; the write round trip is their floor.
-    #[cfg(feature = "zookeeper")]
-    let write_rtt = if crate::herd::both_urls(&args.backend).is_some() {
-        let samples = crate::herd::write_round_trips(&args.backend, (args.rtt_samples / 4).max(1))
-            .await?
-            .into_iter()
-            .map(ms)
-            .collect();
-        Some(Stats::of(samples))
-    } else {
-        None
-    };
+    // 1c. ZooKeeper and etcd: every grant and release is a write that the cluster commits
+    // before it answers; the write round trip is their floor.
+    #[cfg(any(feature = "zookeeper", feature = "etcd"))]
+    let write_rtt = write::round_trips(&args.backend, (args.rtt_samples / 4).max(1))
+        .await?
+        .map(|samples| Stats::of(samples.into_iter().map(ms).collect()));
 
     // 2. Uncontended pairs on one name.
     let mutex = locks.mutex(format!("bench/{run_id}/uncontended"))?;
@@ -158,7 +153,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
         uncontended,
         contention,
         renewal,
-        #[cfg(feature = "zookeeper")]
+        #[cfg(any(feature = "zookeeper", feature = "etcd"))]
         write_rtt,
         #[cfg(feature = "zookeeper")]
         herd,

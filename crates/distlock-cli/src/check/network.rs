@@ -20,6 +20,7 @@ const ROUTABLE: &[(&str, u16)] = &[
     ("mariadb", 3306),
     ("zk", 2181),
     ("zk+naive", 2181),
+    ("etcd", 2379),
 ];
 
 /// The parts of a backend URL around its host list.
@@ -153,6 +154,9 @@ mod tests {
         let parts = split("zk://a:2181,b,[::1]:2183/base").unwrap();
         assert_eq!(parts.hosts, [("a", 2181), ("b", 2181), ("[::1]", 2183)]);
         assert_eq!(parts.tail, "/base");
+        let parts = split("etcd://127.0.0.1:2381,127.0.0.1/?lease_ttl=2s").unwrap();
+        assert_eq!(parts.hosts, [("127.0.0.1", 2381), ("127.0.0.1", 2379)]);
+        assert_eq!(parts.tail, "/?lease_ttl=2s");
         let parts = split("redis://127.0.0.1").unwrap();
         assert_eq!((parts.hosts[0], parts.tail), (("127.0.0.1", 6379), ""));
     }

@@ -27,6 +27,8 @@ pub enum Strategy {
     /// distlock's ZooKeeper sequential-node lock
     #[value(name = "zookeeper")]
     ZooKeeper,
+    /// distlock's etcd lock (etcdctl lock's layout)
+    Etcd,
     /// PostgreSQL: SELECT ... FOR UPDATE in a transaction
     PgPessimistic,
     /// PostgreSQL: version column, at most 10 attempts per order
@@ -99,7 +101,8 @@ impl Strategy {
             | Strategy::Redis
             | Strategy::RedisSpin
             | Strategy::Redlock
-            | Strategy::ZooKeeper => Database::Sqlite,
+            | Strategy::ZooKeeper
+            | Strategy::Etcd => Database::Sqlite,
         }
     }
 
@@ -115,6 +118,7 @@ impl Strategy {
             | Strategy::RedisSpin
             | Strategy::Redlock
             | Strategy::ZooKeeper
+            | Strategy::Etcd
             | Strategy::PgAdvisory
             | Strategy::MySqlNamed => Protection::Lock,
         }
@@ -128,6 +132,7 @@ impl Strategy {
             Strategy::RedisSpin => Some(spin_url(&servers.redis)),
             Strategy::Redlock => Some(servers.redlock.clone()),
             Strategy::ZooKeeper => Some(servers.zookeeper.clone()),
+            Strategy::Etcd => Some(servers.etcd.clone()),
             Strategy::PgAdvisory => Some(servers.postgres.clone()),
             Strategy::MySqlNamed => Some(servers.mysql.clone()),
             Strategy::None
@@ -192,6 +197,7 @@ mod tests {
                 "redis-spin",
                 "redlock",
                 "zookeeper",
+                "etcd",
                 "pg-pessimistic",
                 "pg-optimistic",
                 "pg-advisory",

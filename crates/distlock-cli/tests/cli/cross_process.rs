@@ -1,5 +1,5 @@
 //! Holders in other processes, killed with SIGKILL or stopped with SIGSTOP: their locks
-//! free within their lease (ZooKeeper: their session timeout).
+//! free within their lease (ZooKeeper: their session timeout; etcd: their etcd lease's TTL).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use distlock::AcquireOptions;
 
 use crate::{
-    mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url, redis_url, spawn_holder,
-    sqlite_url, zookeeper_url,
+    etcd_url, mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url, redis_url,
+    spawn_holder, sqlite_url, zookeeper_url,
 };
 
 /// The lease of the holder process the SIGKILL tests start.
@@ -52,12 +52,32 @@ async fn zookeeper_killed_holder_frees_its_lock_within_the_session_timeout() {
     killed_holder_frees_its_lock(&url, Duration::from_millis(3000)).await;
 }
 
+/// etcd frees a dead holder's lock when the holder's etcd lease runs out: with a 2 s TTL the
+/// server notices within the TTL plus its expiry check (every 0.5 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_holder_frees_its_lock_within_the_lease_ttl() {
+    let url = format!("{}?lease_ttl=2s", etcd_url());
+    killed_holder_frees_its_lock(&url, Duration::from_millis(3000)).await;
+}
+
 /// A holder process stopped (SIGSTOP) past its session timeout: the server expires the
 /// session and grants the lock to another client, with a larger token; when the holder runs
 /// again it learns that its session expired and its guard reports the loss (exit 1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_paused_holder_learns_its_session_expired() {
-    let url = format!("{}?session_timeout=2s", zookeeper_url());
+    paused_holder_learns_its_loss(&format!("{}?session_timeout=2s", zookeeper_url())).await;
+}
+
+/// As for ZooKeeper, with the holder's etcd lease: the server ends it 2 s into the stop and
+/// grants the lock to another client; the resumed holder finds no keep-alive answered for
+/// half the TTL and reports the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_paused_holder_learns_its_lease_ran_out() {
+    paused_holder_learns_its_loss(&format!("{}?lease_ttl=2s", etcd_url())).await;
+}
+
+async fn paused_holder_learns_its_loss(url: &str) {
+    let url = url.to_owned();
     let name = format!("paused/{}/{}", std::process::id(), fastrand::u64(..));
     // A 30 s renewed lease: the loss must come from the session, not from a renewal.
     let (mut holder, token) = spawn_holder(&url, &name, 30_000);
@@ -74,7 +94,7 @@ async fn zookeeper_paused_holder_learns_its_session_expired() {
         .unwrap()
         .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
         .await
-        .expect("the stopped holder's session did not expire");
+        .expect("the stopped holder's session or lease did not end");
     let granted_after = stopped_at.elapsed();
     assert!(guard.fencing_token() > token);
     signal("-CONT");
@@ -85,7 +105,7 @@ async fn zookeeper_paused_holder_learns_its_session_expired() {
         }
         if resumed_at.elapsed() > Duration::from_secs(10) {
             let _ = holder.kill();
-            panic!("the resumed holder did not learn that its session expired");
+            panic!("the resumed holder did not learn that its session or lease ended");
         }
         std::thread::sleep(Duration::from_millis(20));
     };

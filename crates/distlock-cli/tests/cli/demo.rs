@@ -1,8 +1,8 @@
 //! `distlock demo`: which strategies oversell, on every server the strategies use.
 
 use crate::{
-    distlock, json_report, mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url,
-    redis_url, redlock_url, zookeeper_url,
+    distlock, etcd_url, json_report, mysql_url, postgres_url, redis_cluster_url,
+    redis_sentinel_url, redis_url, redlock_url, zookeeper_url,
 };
 
 #[test]
@@ -212,6 +212,32 @@ fn demo_is_exact_on_sentinel_and_cluster() {
             assert_eq!(r["final_stock"], 0, "{url}: {r}");
         }
     }
+}
+
+#[test]
+fn demo_is_exact_on_etcd() {
+    let output = distlock(&[
+        "demo",
+        "--json",
+        "--strategy",
+        "etcd",
+        "--stock",
+        "20",
+        "--orders",
+        "60",
+        "--workers",
+        "2",
+        "--etcd",
+        &etcd_url(),
+    ]);
+    let report = json_report(&output, "demo");
+    let results = report["results"].as_array().expect("results");
+    assert_eq!(results.len(), 1, "{report}");
+    let r = &results[0];
+    assert_eq!(r["strategy"], "etcd", "{r}");
+    assert_eq!(r["exact"], true, "{r}");
+    assert_eq!(r["accepted"], 20, "{r}");
+    assert_eq!(r["final_stock"], 0, "{r}");
 }
 
 #[test]

@@ -106,3 +106,7 @@ fn redis_cluster_url() -> String {
 fn zookeeper_url() -> String {
     servers::ZOOKEEPER.url()
 }
+
+fn etcd_url() -> String {
+    servers::ETCD.url()
+}

@@ -18,7 +18,7 @@ fn bad_input_exits_2_with_one_line() {
         &[
             "bench",
             "--backend",
-            "etcd://127.0.0.1",
+            "etcd://127.0.0.1/?lease_ttl=1s",
             "--duration-s",
             "1",
         ],

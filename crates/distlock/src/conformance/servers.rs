@@ -77,6 +77,20 @@ pub const ZOOKEEPER_ENSEMBLE: Server = Server {
     default: "zk://127.0.0.1:2190,127.0.0.1:2191,127.0.0.1:2192/",
 };
 
+/// The standalone etcd server.
+pub const ETCD: Server = Server {
+    what: "etcd",
+    variable: "DISTLOCK_ETCD_URL",
+    default: "etcd://127.0.0.1:2379/",
+};
+
+/// The 3-member etcd cluster.
+pub const ETCD_CLUSTER: Server = Server {
+    what: "the etcd cluster",
+    variable: "DISTLOCK_ETCD_CLUSTER_URL",
+    default: "etcd://127.0.0.1:2381,127.0.0.1:2382,127.0.0.1:2383/",
+};
+
 /// The PostgreSQL database.
 pub const POSTGRES: Server = Server {
     what: "PostgreSQL",
@@ -100,6 +114,8 @@ pub const ALL: &[Server] = &[
     REDLOCK,
     ZOOKEEPER,
     ZOOKEEPER_ENSEMBLE,
+    ETCD,
+    ETCD_CLUSTER,
     POSTGRES,
     MYSQL,
 ];
@@ -167,6 +183,7 @@ mod tests {
         assert_eq!(first_address(POSTGRES.default), "127.0.0.1:5432");
         assert_eq!(first_address(MYSQL.default), "127.0.0.1:3306");
         assert_eq!(first_address(REDIS_TLS.default), "127.0.0.1:6390");
+        assert_eq!(first_address(ETCD_CLUSTER.default), "127.0.0.1:2381");
         assert_eq!(
             with_scheme(REDIS.default, "redis+spin"),
             "redis+spin://127.0.0.1:6379/"

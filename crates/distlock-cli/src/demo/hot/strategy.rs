@@ -22,6 +22,8 @@ pub enum HotStrategy {
     /// distlock's ZooKeeper sequential-node lock; the stock in Redis
     #[value(name = "zookeeper")]
     ZooKeeper,
+    /// distlock's etcd lock; the stock in Redis
+    Etcd,
     /// distlock's PostgreSQL advisory lock; the stock in PostgreSQL
     PgAdvisory,
     /// distlock's MySQL named lock; the stock in MySQL/MariaDB
@@ -54,6 +56,7 @@ impl HotStrategy {
             HotStrategy::Redis => Some(servers.redis.clone()),
             HotStrategy::RedisSpin => Some(spin_url(&servers.redis)),
             HotStrategy::ZooKeeper => Some(servers.zookeeper.clone()),
+            HotStrategy::Etcd => Some(servers.etcd.clone()),
             HotStrategy::PgAdvisory => Some(servers.postgres.clone()),
             HotStrategy::MySqlNamed => Some(servers.mysql.clone()),
             HotStrategy::RedisAtomic => None,
@@ -61,7 +64,7 @@ impl HotStrategy {
     }
 
     /// Where the stock lives: on the lock's own server where that server can keep it
-    /// (SQLite, PostgreSQL, MySQL), else (ZooKeeper) in Redis, like the Redis strategies.
+    /// (SQLite, PostgreSQL, MySQL), else (ZooKeeper, etcd) in Redis, like the Redis strategies.
     /// `sqlite_store` is the SQLite stock file.
     pub fn store(self, servers: &Servers, sqlite_store: &Path) -> String {
         match self {
@@ -71,6 +74,7 @@ impl HotStrategy {
             HotStrategy::Redis
             | HotStrategy::RedisSpin
             | HotStrategy::ZooKeeper
+            | HotStrategy::Etcd
             | HotStrategy::RedisAtomic => servers.redis.clone(),
         }
     }
@@ -100,6 +104,7 @@ mod tests {
                 "redis",
                 "redis-spin",
                 "zookeeper",
+                "etcd",
                 "pg-advisory",
                 "mysql-named",
                 "redis-atomic",

@@ -1,0 +1,167 @@
+//! The etcd lock's waiter: a watch on the key just before its own.
+
+use etcd::{EventType, WatchOptions, WatchStream};
+
+use super::url::WatchStart;
+use super::*;
+use crate::backend::Woken;
+
+/// How long a waiter whose request failed waits before it lets the caller try again.
+const PAUSE_AFTER_FAILURE: Duration = Duration::from_millis(100);
+
+/// A waiter: its key in the queue, put by the owner's next attempt.
+pub(super) struct EtcdWaiter {
+    pub(super) shared: Arc<Shared>,
+    pub(super) id: u64,
+    pub(super) name: LockName,
+    pub(super) owner: Owner,
+    pub(super) lock_prefix: String,
+    pub(super) lease: Duration,
+    pub(super) status: watch::Receiver<SessionStatus>,
+}
+
+impl Drop for EtcdWaiter {
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        if let Some(queued) = state.waiters.remove(&self.id)
+            && let Some(node) = queued.node
+        {
+            // Not granted: leave the queue (in the background, as Drop cannot wait).
+            state.orphans.push(Orphan {
+                key: node.key,
+                token: Some(node.token),
+                generation: queued.generation,
+                ended: None,
+            });
+            drop(state);
+            self.shared.reaper.notify_one();
+        }
+    }
+}
+
+impl EtcdWaiter {
+    /// Our key now and its lease's generation, if we have one under the current lease.
+    fn node(&self) -> Option<(Node, u64)> {
+        let state = self.shared.state();
+        state
+            .waiters
+            .get(&self.id)
+            .filter(|queued| queued.generation == state.generation)
+            .and_then(|queued| queued.node.clone())
+            .map(|node| (node, state.generation))
+    }
+
+    /// Takes the lock with our key, now first in line.
+    fn granted(&self, node: &Node, generation: u64) -> Woken {
+        let since = Instant::now();
+        if self.shared.record_grant(
+            &self.name,
+            &self.owner,
+            node,
+            self.lease,
+            generation,
+            Some(self.id),
+        ) {
+            Woken::Granted {
+                fencing_token: node.token,
+                since,
+                lease: self.lease,
+            }
+        } else {
+            Woken::Retry
+        }
+    }
+
+    /// Opens a watch on `key`, from now or (`?watch=etcd`) from `revision`.
+    async fn watch(&self, key: &[u8], revision: i64) -> Result<WatchStream> {
+        let options = match self.shared.url.watch {
+            WatchStart::Now => WatchOptions::new(),
+            WatchStart::Revision => WatchOptions::new().with_start_revision(revision),
+        };
+        let mut client = self.shared.client.watch_client();
+        let (_watcher, stream) = self
+            .shared
+            .call("watch a lock key", client.watch(key, Some(options)))
+            .await?;
+        // Dropping the watcher's handle leaves the stream open; dropping the stream ends it.
+        Ok(stream)
+    }
+}
+
+/// Waits until `stream` reports `key` deleted, or ends.
+async fn deleted(stream: &mut WatchStream) {
+    loop {
+        match stream.message().await {
+            Ok(Some(answer)) => {
+                if answer.canceled()
+                    || answer
+                        .events()
+                        .iter()
+                        .any(|event| event.event_type() == EventType::Delete)
+                {
+                    return;
+                }
+            }
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+#[async_trait]
+impl ReleaseWaiter for EtcdWaiter {
+    async fn wait(&mut self, max: Duration) -> Woken {
+        // A watch lost in some way nobody foresaw costs one lease TTL, not a hang.
+        let deadline = Instant::now() + max.min(self.shared.url.lease_ttl);
+        self.status.borrow_and_update();
+        let pause = || tokio::time::sleep_until(deadline.min(Instant::now() + PAUSE_AFTER_FAILURE));
+        loop {
+            if Instant::now() >= deadline {
+                return Woken::Retry;
+            }
+            let Some((node, generation)) = self.node() else {
+                // The next attempt puts the key.
+                return Woken::Retry;
+            };
+            let look = match self.shared.look(&self.lock_prefix, &node).await {
+                Ok(look) => look,
+                Err(error) => {
+                    tracing::debug!(%error, "looking at the queue failed");
+                    pause().await;
+                    return Woken::Retry;
+                }
+            };
+            if !look.own {
+                // Our key is gone (an operator deleted it): the next attempt puts it again.
+                return Woken::Retry;
+            }
+            let Some((predecessor, created)) = look.predecessor else {
+                return self.granted(&node, generation);
+            };
+            let mut stream = match self.watch(&predecessor, look.revision).await {
+                Ok(stream) => stream,
+                Err(error) => {
+                    tracing::debug!(%error, "watching the key before ours failed");
+                    pause().await;
+                    return Woken::Retry;
+                }
+            };
+            if self.shared.url.watch == WatchStart::Now {
+                // A deletion between the look and the watch is not in the watch: look again.
+                match self.shared.exists(&predecessor, created).await {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(error) => {
+                        tracing::debug!(%error, "checking the key before ours failed");
+                        pause().await;
+                        return Woken::Retry;
+                    }
+                }
+            }
+            tokio::select! {
+                () = deleted(&mut stream) => {}
+                () = tokio::time::sleep_until(deadline) => return Woken::Retry,
+                _ = self.status.changed() => return Woken::Retry,
+            }
+        }
+    }
+}
