@@ -23,7 +23,7 @@ pub struct Cli {
 pub enum Command {
     /// Several processes buy from one item's stock at once, under each locking strategy;
     /// shows which strategies oversell (`demo hot-item`: one lock against segments).
-    Demo(DemoCommand),
+    Demo(Box<DemoCommand>),
     /// Measures a backend: round-trip time, uncontended acquire+release, and contention
     /// between worker processes, each against its same-run limit.
     Bench(BenchArgs),
@@ -368,14 +368,16 @@ pub struct HoldArgs {
 
 pub async fn run(cli: Cli) -> CliResult {
     match cli.command {
-        Command::Demo(DemoCommand {
-            scenario: Some(DemoScenario::HotItem(args)),
-            ..
-        }) => demo::hot::run(args).await,
-        Command::Demo(DemoCommand {
-            scenario: None,
-            oversell,
-        }) => demo::run(oversell).await,
+        Command::Demo(command) => match *command {
+            DemoCommand {
+                scenario: Some(DemoScenario::HotItem(args)),
+                ..
+            } => demo::hot::run(args).await,
+            DemoCommand {
+                scenario: None,
+                oversell,
+            } => demo::run(oversell).await,
+        },
         Command::Bench(args) => bench::run(args).await,
         Command::Status(args) => operator::status(args).await,
         Command::ForceUnlock(args) => operator::force_unlock(args).await,
