@@ -163,7 +163,8 @@ impl EtcdBackend {
     pub(crate) async fn write_round_trip(&self) -> Result<Duration> {
         let shared = &self.shared;
         let lease = shared.state().lease.ok_or_else(no_lease)?;
-        let key = format!("{}distlock-write-probe/{lease:x}", shared.url.prefix);
+        // No `/` after the prefix: outside every lock's range (`<prefix><name>/`).
+        let key = format!("{}distlock-write-probe-{lease:x}", shared.url.prefix);
         let start = std::time::Instant::now();
         shared
             .call(

@@ -101,7 +101,26 @@ pub(super) async fn watch(
                 break;
             }
         }
-        // A key deleted while no stream was up is not in the new watches: ask once.
+        // A key deleted while no stream was up is not in the new watches: ask once, after
+        // the server created every watch (it only queued them so far), so that a deletion is
+        // in the read or in a watch.
+        let created_by = Instant::now() + REQUEST_TIMEOUT;
+        while !failed {
+            let pending = ids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .requested
+                .iter()
+                .any(|id| watched.contains(id));
+            if !pending {
+                break;
+            }
+            if Instant::now() >= created_by || reader.is_finished() {
+                failed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
         let nodes: Vec<Option<Node>> = held.iter().map(|(_, node)| Some(node.clone())).collect();
         match strong.check_keys(&nodes).await {
             Ok(alive) if !failed && !reader.is_finished() => {

@@ -221,6 +221,10 @@ impl Shared {
     }
 }
 
+/// How long after its first delete the key of a put that never answered is deleted again: a
+/// proposal the server accepted is applied or dropped within a few election timeouts.
+const LATE_PUT: Duration = Duration::from_secs(10);
+
 /// Deletes keys whose lease ended and keys left behind, in the background, through the
 /// client-side reaper ([`crate::reaper`]).
 impl Reap for Shared {
@@ -245,6 +249,7 @@ impl Reap for Shared {
                     token: Some(held.token),
                     generation: held.generation,
                     ended: Some(key),
+                    late_until: None,
                 });
             }
         }
@@ -271,6 +276,16 @@ impl Reap for Shared {
                 continue;
             }
             match self.delete_key(&orphan.key, orphan.token).await {
+                Ok(_)
+                    if orphan.token.is_none()
+                        && orphan.late_until.is_none_or(|until| until > Instant::now()) =>
+                {
+                    // A put that never answered may still be applied: delete again until it
+                    // cannot be any more.
+                    let mut orphan = orphan;
+                    orphan.late_until.get_or_insert(Instant::now() + LATE_PUT);
+                    failed.push(orphan);
+                }
                 Ok(_) => {
                     let mut state = self.state();
                     if let Some(key) = &orphan.ended {

@@ -188,11 +188,16 @@ impl Shared {
         if let Some(id) = waiter {
             let mut state = self.state();
             match state.waiters.get_mut(&id) {
-                Some(queued) if queued.generation == generation => {
+                Some(queued)
+                    if queued.generation == generation
+                        && queued.node.as_ref().is_none_or(|put| put.key == node.key) =>
+                {
                     queued.node = Some(node.clone());
                 }
                 _ => {
-                    // The waiter left (or the lease was lost) while the key was being put.
+                    // The waiter left (or the lease was lost) while the key was being put, or
+                    // another attempt of the same owner put the waiter's key first: this key
+                    // is nobody's.
                     drop(state);
                     self.orphan(node.key, Some(node.token), generation, None);
                     return Ok(Acquired::Held {

@@ -67,6 +67,9 @@ pub(super) struct Orphan {
     pub(super) generation: u64,
     /// The lock whose lease ended, when that is why the key goes (see `State::ending`).
     pub(super) ended: Option<(LockName, Owner)>,
+    /// For a key whose put never answered (`token` is `None`): the put may still be applied
+    /// after the first delete, so the key is deleted again until then.
+    pub(super) late_until: Option<Instant>,
 }
 
 impl State {
@@ -99,16 +102,20 @@ impl State {
     }
 
     /// Names a new key of ours under `lock_prefix` and reserves it, with the lease and its
-    /// generation; `None` while there is no lease.
+    /// generation; `None` while there is no lease. A name is never used twice under one
+    /// lease: a request naming an earlier key may still be applied late (a put whose answer
+    /// never came, a retried re-put), and must not find a newer key of the same name. The
+    /// first key of a lease is `<lease id>`, as etcd's own mutex names it; the next ones
+    /// `<lease id>-<n>`.
     pub(super) fn new_key(&mut self, lock_prefix: &str) -> Option<(Arc<str>, i64, u64)> {
         let lease = self.lease?;
         let plain = format!("{lock_prefix}{lease:x}");
-        let key: Arc<str> = if self.keys.contains(plain.as_str()) {
-            self.next_key += 1;
-            format!("{plain}-{}", self.next_key).into()
-        } else {
+        let key: Arc<str> = if self.next_key == 0 && !self.keys.contains(plain.as_str()) {
             plain.into()
+        } else {
+            format!("{plain}-{}", self.next_key).into()
         };
+        self.next_key += 1;
         self.keys.insert(key.clone());
         Some((key, lease, self.generation))
     }
@@ -177,6 +184,7 @@ impl Shared {
             token,
             generation,
             ended,
+            late_until: None,
         });
         self.reaper.notify_one();
     }

@@ -32,6 +32,7 @@ impl Drop for EtcdWaiter {
                 token: Some(node.token),
                 generation: queued.generation,
                 ended: None,
+                late_until: None,
             });
             drop(state);
             self.shared.reaper.notify_one();
