@@ -238,11 +238,13 @@ impl ClientInner {
             };
             let wake_keeper = registry.keeper_wakes_at.is_none_or(|at| at > needed_by);
             let grant = match registry.slots.get_mut(&key) {
-                // Another hold on the grant this client knows: the same fencing token. A
-                // re-entry that answers with another token found a newer grant of the server.
+                // Another hold on the grant this client knows: the same fencing token (a grant's
+                // token is its own). A re-entry that answers with another token found a newer
+                // grant of the server. A fresh grant with the same token is that grant's first
+                // hold, registered after a re-entry of another task of the owner that was
+                // answered later but registered first.
                 Some(slot)
-                    if kind != GrantKind::Fresh
-                        && slot.grant.lost_reason().is_none()
+                    if slot.grant.lost_reason().is_none()
                         && slot.grant.fencing_token() == fencing_token =>
                 {
                     slot.guards += 1;

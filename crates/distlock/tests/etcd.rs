@@ -456,3 +456,5 @@ async fn promise2_a_partitioned_holder_fires_lost_before_the_rival_is_granted() 
 
 #[path = "etcd/cluster.rs"]
 mod cluster;
+#[path = "etcd/waiters.rs"]
+mod waiters;

@@ -195,11 +195,15 @@ impl Shared {
                     queued.node = Some(node.clone());
                 }
                 _ => {
-                    // The waiter left (or the lease was lost) while the key was being put, or
-                    // another attempt of the same owner put the waiter's key first: this key
-                    // is nobody's.
+                    // The waiter left (or the lease was lost, or another attempt of the same
+                    // owner took its key as a grant) while the key was being put, or another
+                    // attempt of the owner put the waiter's key first. A key this attempt
+                    // made is nobody's now; the waiter's own key is not this attempt's to
+                    // delete (it is held, or its waiter's drop deletes it).
                     drop(state);
-                    self.orphan(node.key, Some(node.token), generation, None);
+                    if !queued {
+                        self.orphan(node.key, Some(node.token), generation, None);
+                    }
                     return Ok(Acquired::Held {
                         ttl: Some(Duration::ZERO),
                     });
