@@ -201,6 +201,7 @@ macro_rules! conformance_suite {
             promise4_regrant_after_a_client_side_loss_keeps_holds_exact,
             promise4_concurrent_releases_keep_holds_exact,
             nested_acquire_is_not_starved_by_waiters,
+            two_waiting_tasks_of_one_holder_share_the_grant,
             run_holds_the_lock_for_the_work,
             promise2_run_stops_the_work_when_the_lock_is_lost,
         );

@@ -47,3 +47,43 @@ pub async fn nested_acquire_is_not_starved_by_waiters(target: &Target) {
             .expect("a waiter of A panicked");
     }
 }
+
+/// Promises 1 and 4 for one owner in several tasks: two tasks of one
+/// [`Holder`](crate::Holder) wait at once for a lock another client holds, ten rounds. Each
+/// round both are granted (one grant, re-entered), neither guard is reported lost, both
+/// releases succeed, and the lock is free for a rival at once: the owner's two requests in
+/// flight leave neither an extra hold nor a key of their own behind.
+pub async fn two_waiting_tasks_of_one_holder_share_the_grant(target: &Target) {
+    let name = unique("nested/two-tasks");
+    let (locks, rival) = (client(target).await, client(target).await);
+    let me = locks.holder();
+    for round in 0..10 {
+        let held = acquire_within(&rival, &name, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the rival was not granted: {e}"));
+        let tasks: Vec<_> = (0..2)
+            .map(|_| {
+                let mutex = me.mutex(name.as_str()).unwrap();
+                tokio::spawn(async move {
+                    let wait = crate::AcquireOptions::new().wait(Duration::from_secs(10));
+                    let guard = mutex.acquire_with(wait).await?;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    guard.release().await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20 + round % 7)).await;
+        held.release().await.expect("the rival's release");
+        for task in tasks {
+            tokio::time::timeout(Duration::from_secs(15), task)
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: a task of the holder hung"))
+                .expect("a task of the holder panicked")
+                .unwrap_or_else(|e| panic!("round {round}: a task of the holder: {e}"));
+        }
+    }
+    let last = acquire_within(&rival, &name, Duration::from_secs(2))
+        .await
+        .expect("the lock was not free after both tasks released");
+    last.release().await.expect("release");
+}

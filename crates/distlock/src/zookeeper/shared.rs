@@ -363,11 +363,16 @@ impl Shared {
                 if let Some(id) = waiter {
                     let mut state = self.state();
                     match state.waiters.get_mut(&id) {
-                        Some(queued) if queued.generation == session.generation => {
+                        Some(queued)
+                            if queued.generation == session.generation && queued.node.is_none() =>
+                        {
                             queued.node = Some(node.clone());
                         }
                         _ => {
-                            // The waiter left while the node was being made.
+                            // The waiter left while the node was being made, or another
+                            // attempt of the same owner made the waiter's node first: this
+                            // node is nobody's (tracked over the other, that one would stay
+                            // queued for the session's life and block the lock).
                             drop(state);
                             self.orphan(node.path, None, session.generation);
                             return Ok(Acquired::Held {
