@@ -120,6 +120,9 @@ pub(crate) struct Slot {
     /// before that answer may have run before or after the change on the server, so its own
     /// answer can only shorten the client's deadline.
     lease_change: Option<(Instant, Option<Instant>)>,
+    /// The grant's fresh reply was registered (its first hold): another fresh reply with its
+    /// token is not this grant.
+    fresh_seen: bool,
 }
 
 impl Slot {
@@ -245,8 +248,12 @@ impl ClientInner {
                 // answered later but registered first.
                 Some(slot)
                     if slot.grant.lost_reason().is_none()
-                        && slot.grant.fencing_token() == fencing_token =>
+                        && slot.grant.fencing_token() == fencing_token
+                        && (kind != GrantKind::Fresh || !slot.fresh_seen) =>
                 {
+                    // A grant has one fresh reply: a second one with the same token would
+                    // be a new grant from a backend whose counter went back.
+                    slot.fresh_seen |= kind == GrantKind::Fresh;
                     slot.guards += 1;
                     if mode == LeaseMode::Renewed {
                         slot.mode = LeaseMode::Renewed;
@@ -288,6 +295,7 @@ impl ClientInner {
                             carried,
                             renewing: None,
                             lease_change: None,
+                            fresh_seen: kind == GrantKind::Fresh,
                         },
                     );
                     grant

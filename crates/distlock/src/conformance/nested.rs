@@ -50,9 +50,10 @@ pub async fn nested_acquire_is_not_starved_by_waiters(target: &Target) {
 
 /// Promises 1 and 4 for one owner in several tasks: two tasks of one
 /// [`Holder`](crate::Holder) wait at once for a lock another client holds, ten rounds. Each
-/// round both are granted (one grant, re-entered), neither guard is reported lost, both
-/// releases succeed, and the lock is free for a rival at once: the owner's two requests in
-/// flight leave neither an extra hold nor a key of their own behind.
+/// round both are granted (one grant re-entered, or one after the other), neither guard is
+/// reported lost while held, both releases succeed (a guard of a grant marked lost would fail
+/// its release), and the lock is free for a rival at once: the owner's two requests in flight
+/// leave neither an extra hold nor a key of their own behind.
 pub async fn two_waiting_tasks_of_one_holder_share_the_grant(target: &Target) {
     let name = unique("nested/two-tasks");
     let (locks, rival) = (client(target).await, client(target).await);
@@ -68,6 +69,10 @@ pub async fn two_waiting_tasks_of_one_holder_share_the_grant(target: &Target) {
                     let wait = crate::AcquireOptions::new().wait(Duration::from_secs(10));
                     let guard = mutex.acquire_with(wait).await?;
                     tokio::time::sleep(Duration::from_millis(2)).await;
+                    assert!(
+                        !guard.is_lost(),
+                        "a guard of the shared grant was reported lost"
+                    );
                     guard.release().await
                 })
             })

@@ -134,6 +134,12 @@ pub(super) async fn watch(
             }
             _ => {
                 drop(strong);
+                if reader.is_finished() && matches!((&mut reader).await, Ok(Ended::Refused)) {
+                    tracing::warn!(
+                        "the etcd server does not take client watch ids; renewals read the held keys"
+                    );
+                    return;
+                }
                 reader.abort();
                 tokio::time::sleep(REOPEN_AFTER).await;
                 continue;

@@ -144,18 +144,23 @@ impl Shared {
         }
         let lock_prefix = self.lock_prefix(name);
         self.lease_granted().await?;
+        // `queued`: the waiter's key, put by an earlier attempt, with its create revision.
         let (waiter, queued, key, lease_id, generation) = {
             let mut state = self.state();
             let waiter = state.waiter_of(name, owner);
             let queued = waiter.and_then(|id| state.waiters[&id].node.clone());
             match (queued, state.lease) {
-                (Some(node), Some(lease_id)) => {
-                    (waiter, true, node.key, lease_id, state.generation)
-                }
+                (Some(node), Some(lease_id)) => (
+                    waiter,
+                    Some(node.token),
+                    node.key,
+                    lease_id,
+                    state.generation,
+                ),
                 _ => {
                     let (key, lease_id, generation) =
                         state.new_key(&lock_prefix).ok_or_else(no_lease)?;
-                    (waiter, false, key, lease_id, generation)
+                    (waiter, None, key, lease_id, generation)
                 }
             }
         };
@@ -167,7 +172,7 @@ impl Shared {
                 // The put may have landed: the reaper deletes the key if it is there. A
                 // waiter's key already queued stays for its next attempt (and goes when the
                 // waiter is dropped).
-                if !queued {
+                if queued.is_none() {
                     self.orphan(key, None, generation, None);
                 }
                 if std::error::Error::source(&error)
@@ -188,20 +193,23 @@ impl Shared {
         if let Some(id) = waiter {
             let mut state = self.state();
             match state.waiters.get_mut(&id) {
-                Some(queued)
-                    if queued.generation == generation
-                        && queued.node.as_ref().is_none_or(|put| put.key == node.key) =>
+                Some(entry)
+                    if entry.generation == generation
+                        && entry.node.as_ref().is_none_or(|put| put.key == node.key) =>
                 {
-                    queued.node = Some(node.clone());
+                    entry.node = Some(node.clone());
                 }
                 _ => {
                     // The waiter left (or the lease was lost, or another attempt of the same
                     // owner took its key as a grant) while the key was being put, or another
                     // attempt of the owner put the waiter's key first. A key this attempt
                     // made is nobody's now; the waiter's own key is not this attempt's to
-                    // delete (it is held, or its waiter's drop deletes it).
+                    // delete while it is the same key (it is held, or its waiter's drop deletes
+                    // it).
+                    // A re-put that made the key again (its first one deleted meanwhile: the
+                    // waiter dropped, or granted and released) made a key nobody tracks.
                     drop(state);
-                    if !queued {
+                    if queued != Some(node.token) {
                         self.orphan(node.key, Some(node.token), generation, None);
                     }
                     return Ok(Acquired::Held {
