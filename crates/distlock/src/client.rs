@@ -58,6 +58,37 @@ impl Locks {
         Ok(Mutex::new(self.inner.clone(), LockName::new(name)?, None))
     }
 
+    /// A handle on the semaphore `name`, which admits `permits` holders at once. Cheap:
+    /// nothing is sent to the backend. Every client must give the same count for a name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad name, or a count of 0 or
+    /// over [`MAX_PERMITS`](crate::MAX_PERMITS).
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Result<crate::Semaphore> {
+        crate::Semaphore::new(self.inner.clone(), name.into(), permits)
+    }
+
+    /// A handle on the reader-writer lock `name`. Cheap: nothing is sent to the backend.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad name.
+    pub fn rwlock(&self, name: impl Into<String>) -> Result<crate::RwLock> {
+        crate::RwLock::new(self.inner.clone(), name.into())
+    }
+
+    /// A handle on several locks taken all-or-nothing. Cheap: nothing is sent to the backend.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad name, a name given twice,
+    /// no names, or more than [`MAX_MULTI_NAMES`](crate::MAX_MULTI_NAMES).
+    pub fn multi_lock<I, S>(&self, names: I) -> Result<crate::MultiLock>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        crate::MultiLock::new(self.inner.clone(), names)
+    }
+
     /// A new owner identity for reentrant locking: the handles it makes acquire as this
     /// holder, so acquiring a lock the holder already holds re-enters it.
     pub fn holder(&self) -> Holder {

@@ -33,8 +33,10 @@ mod basics;
 mod cancel;
 mod leases;
 mod nested;
+mod primitives;
 mod replies;
 mod run;
+mod rwlocks;
 pub mod servers;
 mod stalls;
 mod wire;
@@ -42,8 +44,10 @@ pub use basics::*;
 pub use cancel::*;
 pub use leases::*;
 pub use nested::*;
+pub use primitives::*;
 pub use replies::*;
 pub use run::*;
+pub use rwlocks::*;
 pub use stalls::*;
 pub use wire::*;
 
@@ -204,6 +208,18 @@ macro_rules! conformance_suite {
             two_waiting_tasks_of_one_holder_share_the_grant,
             run_holds_the_lock_for_the_work,
             promise2_run_stops_the_work_when_the_lock_is_lost,
+            promise1_semaphore_admits_at_most_its_permits,
+            semaphore_waits_and_checks_its_count,
+            promise2_semaphore_permit_loss_and_expiry,
+            promise4_cancelled_semaphore_acquire_leaves_nothing,
+            promise1_rwlock_writers_exclude_readers_share,
+            rwlock_queued_writer_blocks_new_readers,
+            promise2_rwlock_write_lost_when_a_part_is_lost,
+            promise4_cancelled_write_leaves_nothing,
+            multi_lock_is_all_or_nothing,
+            promise1_multi_lock_orders_do_not_deadlock,
+            promise2_multi_lock_lost_when_a_part_is_lost,
+            promise4_cancelled_multi_lock_leaves_nothing,
         );
     };
     (@cases $backend:ident, $target:expr; $($case:ident),* $(,)?) => {

@@ -104,10 +104,12 @@ pub mod etcd;
 #[cfg(feature = "fault")]
 pub mod fault;
 mod finish;
+mod guard_set;
 #[doc(hidden)]
 pub mod hooks;
 mod keeper;
 pub mod memory;
+mod multi;
 mod mutex;
 #[cfg(feature = "mysql")]
 pub mod mysql;
@@ -124,7 +126,9 @@ pub mod postgres;
 mod reaper;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod rwlock;
 pub mod scheme;
+mod semaphore;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session;
 mod settle;
@@ -140,10 +144,13 @@ use std::sync::Arc;
 pub use crate::backend::{SessionState, SessionStatus};
 pub use crate::client::Locks;
 pub use crate::error::{BoxError, Error, LossReason, Result};
+pub use crate::multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};
 pub use crate::mutex::{Guard, Holder, Mutex};
 pub use crate::name::{LockName, MAX_NAME_BYTES};
 pub use crate::options::{AcquireOptions, ConnectOptions, DEFAULT_LEASE, MAX_DURATION, MIN_LEASE};
+pub use crate::rwlock::{READER_SLOTS, ReadGuard, RwLock, WriteGuard};
 pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};
+pub use crate::semaphore::{MAX_PERMITS, Semaphore};
 
 /// Connects to the backend a URL names, with default options. See the crate docs for the
 /// URLs.

@@ -106,7 +106,7 @@ impl Mutex {
         }
     }
 
-    async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<Guard>> {
+    pub(crate) async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<Guard>> {
         options.validate()?;
         let span = tracing::debug_span!(
             "distlock.acquire",

@@ -14,7 +14,7 @@ use crate::AcquireOptions;
 const PROMPTLY: Duration = Duration::from_millis(900);
 
 /// Polls `future` once; `Some` when it finished.
-async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
+pub(super) async fn poll_once<F: Future + Unpin>(future: &mut F) -> Option<F::Output> {
     match std::future::poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *future).poll(cx))).await {
         Poll::Ready(output) => Some(output),
         Poll::Pending => None,

@@ -1,0 +1,410 @@
+//! The primitives built on a backend's mutex: the semaphore and the multi-lock. (The
+//! reader-writer lock's cases are in `rwlocks.rs`.)
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use super::cancel::poll_once;
+use super::{SHORT_LEASE, Target, client, short_lease_client, unique};
+use crate::{AcquireOptions, LossReason};
+
+/// How soon after a cancelled acquisition another client must get what it asked for.
+pub(super) const PROMPTLY: Duration = Duration::from_millis(1500);
+
+/// How long a whole case may take before it counts as hung.
+const CASE_LIMIT: Duration = Duration::from_secs(90);
+
+/// Polls `future` `1 + round / 4` times, awaiting `release` before poll `round % 4` (or after
+/// the polls, when there are fewer), then drops it. `Some` when it finished first; the bool
+/// says whether it was dropped while pending.
+pub(super) async fn drop_after_polls<T>(
+    round: usize,
+    future: impl Future<Output = crate::Result<T>>,
+    release: impl Future<Output = ()>,
+) -> (Option<T>, bool) {
+    let mut future = Box::pin(future);
+    let mut release = Some(release);
+    let release_at = round % 4;
+    let polls = 1 + round / 4;
+    let mut finished = None;
+    for poll in 0..polls {
+        if poll == release_at
+            && let Some(release) = release.take()
+        {
+            release.await;
+        }
+        if let Some(result) = poll_once(&mut future).await {
+            finished = Some(result.unwrap_or_else(|e| panic!("round {round}: acquire: {e}")));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let pending = finished.is_none();
+    drop(future);
+    if let Some(release) = release {
+        release.await;
+    }
+    (finished, pending)
+}
+
+/// Promise 1: eight tasks of two clients share a semaphore of three permits; never more than
+/// three hold one at once, never two the same permit slot, and three do at some point.
+pub async fn promise1_semaphore_admits_at_most_its_permits(target: &Target) {
+    let name = unique("semaphore_limit");
+    let clients = [client(target).await, client(target).await];
+    let in_use = Arc::new(StdMutex::new(HashSet::new()));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..8 {
+        let semaphore = clients[task % 2].semaphore(name.as_str(), 3).unwrap();
+        let (in_use, most) = (in_use.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..6 {
+                let permit = semaphore
+                    .acquire_with(AcquireOptions::new().wait(Duration::from_secs(30)))
+                    .await
+                    .unwrap_or_else(|e| panic!("task {task} round {round}: {e}"));
+                let slot = permit.name().to_string();
+                {
+                    let mut in_use = in_use.lock().unwrap();
+                    assert!(in_use.insert(slot.clone()), "two holders of {slot}");
+                    assert!(
+                        in_use.len() <= 3,
+                        "{} permits held: {in_use:?}",
+                        in_use.len()
+                    );
+                    most.fetch_max(in_use.len(), Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(15)).await;
+                in_use.lock().unwrap().remove(&slot);
+                permit.release().await.expect("release a permit");
+            }
+        }));
+    }
+    tokio::time::timeout(CASE_LIMIT, async {
+        for task in tasks {
+            task.await.expect("a semaphore task panicked");
+        }
+    })
+    .await
+    .expect("the semaphore tasks did not finish: a permit was never freed");
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        3,
+        "never three holders at once: the permits did not admit in parallel"
+    );
+    let semaphore = clients[0].semaphore(name.as_str(), 3).unwrap();
+    assert_eq!(
+        semaphore.available().await.unwrap(),
+        3,
+        "a permit was left held"
+    );
+}
+
+/// A full semaphore: `try_acquire` says so at once, a waiter gets the next freed permit, a
+/// client with a smaller count is refused with a typed error, bad counts are refused.
+pub async fn semaphore_waits_and_checks_its_count(target: &Target) {
+    let name = unique("semaphore_count");
+    let locks = client(target).await;
+    let other = client(target).await;
+    for bad in [0, crate::MAX_PERMITS + 1] {
+        let err = locks.semaphore(name.as_str(), bad).unwrap_err();
+        assert!(err.is_invalid_input(), "{bad} permits: {err}");
+    }
+    let semaphore = locks.semaphore(name.as_str(), 3).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(
+            semaphore
+                .try_acquire()
+                .await
+                .unwrap()
+                .expect("a free permit"),
+        );
+    }
+    assert!(
+        semaphore.try_acquire().await.unwrap().is_none(),
+        "a fourth permit"
+    );
+    let smaller = other.semaphore(name.as_str(), 2).unwrap();
+    let err = smaller.try_acquire().await.unwrap_err();
+    assert!(err.is_invalid_input(), "a client with 2 permits: {err}");
+    assert!(err.to_string().contains("same count"), "{err}");
+    let waiting = other.semaphore(name.as_str(), 3).unwrap();
+    let waiter = tokio::spawn(async move {
+        waiting
+            .acquire_with(AcquireOptions::new().wait(Duration::from_secs(20)))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let freed = held.remove(1);
+    let freed_slot = freed.name().to_string();
+    freed.release().await.unwrap();
+    let permit = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not granted the freed permit")
+        .unwrap()
+        .expect("the waiter's acquire failed");
+    assert_eq!(
+        permit.name(),
+        freed_slot,
+        "granted another slot than the freed one"
+    );
+    permit.release().await.unwrap();
+    for guard in held {
+        guard.release().await.unwrap();
+    }
+}
+
+/// Promise 2 and expiry: a permit force-unlocked fires its `lost()`; a permit whose holder
+/// vanished (its guard forgotten, as a crashed process's) frees at its lease's end.
+pub async fn promise2_semaphore_permit_loss_and_expiry(target: &Target) {
+    let name = unique("semaphore_loss");
+    let locks = short_lease_client(target).await;
+    let operator = client(target).await;
+    let semaphore = locks.semaphore(name.as_str(), 1).unwrap();
+    let permit = semaphore.acquire().await.unwrap();
+    assert!(operator.force_unlock(permit.name()).await.unwrap());
+    let lost = tokio::time::timeout(SHORT_LEASE * 5, permit.lost())
+        .await
+        .expect("lost() did not fire after the permit was force-unlocked");
+    assert!(lost.is_lock_lost(), "{lost}");
+    drop(permit);
+    let lease = Duration::from_millis(700);
+    let crashed = semaphore
+        .acquire_with(
+            AcquireOptions::new()
+                .lease(lease)
+                .wait(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    std::mem::forget(crashed);
+    let other = operator.semaphore(name.as_str(), 1).unwrap();
+    let permit = other
+        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+        .await
+        .expect("the vanished holder's permit did not free at its lease's end");
+    assert!(
+        started.elapsed() >= lease - Duration::from_millis(100),
+        "granted {:?} after a {lease:?} lease began",
+        started.elapsed()
+    );
+    permit.release().await.unwrap();
+}
+
+/// Promise 4: a waiting permit acquisition dropped after 1 to 7 polls, with a permit freed
+/// before, during or after its wait, leaves no permit and no queue entry behind.
+pub async fn promise4_cancelled_semaphore_acquire_leaves_nothing(target: &Target) {
+    let name = unique("semaphore_cancel");
+    let locks = client(target).await;
+    let other = client(target).await;
+    let semaphore = locks.semaphore(name.as_str(), 2).unwrap();
+    let mut dropped_while_pending = 0;
+    for round in 1..=16usize {
+        let first = semaphore.acquire().await.unwrap();
+        let second = semaphore.acquire().await.unwrap();
+        let (granted, pending) = drop_after_polls(
+            round,
+            semaphore.acquire_with(AcquireOptions::new().wait(Duration::from_secs(10))),
+            async {
+                first.release().await.expect("release a permit");
+            },
+        )
+        .await;
+        dropped_while_pending += usize::from(pending);
+        if let Some(permit) = granted {
+            permit.release().await.unwrap();
+        }
+        second.release().await.unwrap();
+        let check = other.semaphore(name.as_str(), 2).unwrap();
+        let wait = AcquireOptions::new().wait(PROMPTLY);
+        let a = check.acquire_with(wait).await.unwrap_or_else(|e| {
+            panic!("round {round}: a cancelled acquire left a permit behind: {e}")
+        });
+        let b = check.acquire_with(wait).await.unwrap_or_else(|e| {
+            panic!("round {round}: a cancelled acquire left a permit behind: {e}")
+        });
+        a.release().await.unwrap();
+        b.release().await.unwrap();
+    }
+    assert!(
+        dropped_while_pending >= 4,
+        "only {dropped_while_pending} acquires were dropped while pending"
+    );
+}
+
+/// All or nothing: a multi-lock with one part held by another owner takes none of the
+/// others; bad name lists are refused; every part carries its token once granted.
+pub async fn multi_lock_is_all_or_nothing(target: &Target) {
+    let base = unique("multi_all");
+    let names = [
+        format!("{base}/c"),
+        format!("{base}/a"),
+        format!("{base}/b"),
+    ];
+    let locks = client(target).await;
+    let other = client(target).await;
+    assert!(
+        locks
+            .multi_lock(Vec::<String>::new())
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    let twice = locks.multi_lock([names[0].as_str(), names[0].as_str()]);
+    assert!(twice.unwrap_err().is_invalid_input());
+    let multi = locks.multi_lock(names.iter().cloned()).unwrap();
+    let blocker = other
+        .mutex(names[2].as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(multi.try_acquire().await.unwrap().is_none());
+    let err = multi
+        .acquire_with(AcquireOptions::new().wait(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    // The parts taken before the held one were given back (in the background).
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let a = locks.is_locked(&names[1]).await.unwrap();
+            let c = locks.is_locked(&names[0]).await.unwrap();
+            if !a && !c {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a failed multi-lock kept a part");
+    blocker.release().await.unwrap();
+    let guard = multi.acquire().await.unwrap();
+    for name in &names {
+        assert!(locks.is_locked(name).await.unwrap(), "{name} not held");
+        assert!(guard.fencing_token(name).is_some(), "no token for {name}");
+    }
+    assert_eq!(guard.fencing_tokens().len(), 3);
+    guard.release().await.unwrap();
+    for name in &names {
+        assert!(!locks.is_locked(name).await.unwrap(), "{name} still held");
+    }
+}
+
+/// Promise 1 and no deadlock: tasks that list two names in opposite orders take them many
+/// times, one at a time, within the case's limit.
+pub async fn promise1_multi_lock_orders_do_not_deadlock(target: &Target) {
+    let base = unique("multi_order");
+    let (x, y) = (format!("{base}/x"), format!("{base}/y"));
+    let clients = [client(target).await, client(target).await];
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..4 {
+        let names = if task % 2 == 0 {
+            [x.clone(), y.clone()]
+        } else {
+            [y.clone(), x.clone()]
+        };
+        let multi = clients[task % 2].multi_lock(names).unwrap();
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..8 {
+                let guard = multi
+                    .acquire_with(AcquireOptions::new().wait(Duration::from_secs(30)))
+                    .await
+                    .unwrap_or_else(|e| panic!("task {task} round {round}: {e}"));
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    tokio::time::timeout(CASE_LIMIT, async {
+        for task in tasks {
+            task.await.expect("a multi-lock task panicked");
+        }
+    })
+    .await
+    .expect("multi-locks in opposite orders deadlocked or starved");
+}
+
+/// Promise 2: a multi-lock whose one part is force-unlocked fires `lost()`.
+pub async fn promise2_multi_lock_lost_when_a_part_is_lost(target: &Target) {
+    let base = unique("multi_lost");
+    let locks = short_lease_client(target).await;
+    let operator = client(target).await;
+    let names = [format!("{base}/p"), format!("{base}/q")];
+    let guard = locks
+        .multi_lock(names.iter().cloned())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    assert!(guard.loss_reason().is_none());
+    assert!(operator.force_unlock(&names[1]).await.unwrap());
+    let lost = tokio::time::timeout(SHORT_LEASE * 5, guard.lost())
+        .await
+        .expect("lost() did not fire after a part was force-unlocked");
+    assert!(
+        matches!(
+            lost,
+            crate::Error::LockLost {
+                reason: LossReason::NotHeld | LossReason::SessionLost,
+                ..
+            }
+        ),
+        "{lost}"
+    );
+    assert!(guard.loss_reason().is_some());
+    drop(guard);
+}
+
+/// Promise 4: a waiting multi-lock dropped after 1 to 7 polls leaves no part held.
+pub async fn promise4_cancelled_multi_lock_leaves_nothing(target: &Target) {
+    let base = unique("multi_cancel");
+    let names = [
+        format!("{base}/a"),
+        format!("{base}/b"),
+        format!("{base}/c"),
+    ];
+    let locks = client(target).await;
+    let other = client(target).await;
+    let multi = locks.multi_lock(names.iter().cloned()).unwrap();
+    let mut dropped_while_pending = 0;
+    for round in 1..=16usize {
+        let blocker = other
+            .mutex(names[round % 3].as_str())
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        let (granted, pending) = drop_after_polls(
+            round,
+            multi.acquire_with(AcquireOptions::new().wait(Duration::from_secs(10))),
+            async {
+                blocker.release().await.expect("release the blocker");
+            },
+        )
+        .await;
+        dropped_while_pending += usize::from(pending);
+        if let Some(guard) = granted {
+            guard.release().await.unwrap();
+        }
+        let check = other.multi_lock(names.iter().cloned()).unwrap();
+        let guard = check
+            .acquire_with(AcquireOptions::new().wait(PROMPTLY))
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: a cancelled multi-lock left a part: {e}"));
+        guard.release().await.unwrap();
+    }
+    assert!(
+        dropped_while_pending >= 4,
+        "only {dropped_while_pending} multi-locks were dropped while pending"
+    );
+}

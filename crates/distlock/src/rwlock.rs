@@ -1,0 +1,337 @@
+//! The distributed reader-writer lock, built on the mutex of any backend: a gate that every
+//! acquisition passes and a fixed set of reader slots that a writer takes all of.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::try_join_all;
+use tokio::time::Instant;
+
+use crate::error::{Error, LossReason, Result};
+use crate::guard_set::GuardSet;
+use crate::keeper::ClientInner;
+use crate::mutex::{Guard, Mutex};
+use crate::name::LockName;
+use crate::options::{AcquireOptions, MAX_DURATION};
+use crate::semaphore::Semaphore;
+
+/// How many readers an [`RwLock`] admits at once. Part of the lock's layout: every client
+/// must agree on it, so it is not an option.
+pub const READER_SLOTS: u32 = 16;
+
+/// A reader-writer lock, made by [`Locks::rwlock`](crate::Locks::rwlock): any number of
+/// readers (up to [`READER_SLOTS`]) or one writer.
+///
+/// # How it works
+/// Two kinds of lock names: a gate, `<name>#gate`, and [`READER_SLOTS`] reader slots,
+/// `<name>#reader-<i>`. A reader takes the gate, then one free reader slot, and lets the gate
+/// go; it holds only its slot. A writer takes the gate and then every reader slot, and holds
+/// them all until it releases. So:
+///
+/// * a writer excludes every reader and every other writer (it holds all the slots);
+/// * a queued writer holds the gate, so readers that come after it wait behind it: a stream
+///   of readers cannot starve a writer;
+/// * every grant, read or write, passes the gate, and its fencing token is the gate's token:
+///   tokens grow strictly across reads and writes, so a write's token is larger than that of
+///   every read granted before it, and a read's larger than every write before it;
+/// * on a backend whose mutex serves waiters in arrival order, readers and writers are served
+///   in arrival order at the gate.
+///
+/// Readers hold their locks in parallel; their *acquisitions* pass the gate one at a time,
+/// each holding it for one slot acquisition. A write costs `1 + READER_SLOTS` acquisitions,
+/// made at once.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> distlock::Result<()> {
+/// let locks = distlock::connect("memory://").await?;
+/// let config = locks.rwlock("config")?;
+/// let r1 = config.read().await?;
+/// let r2 = config.read().await?;                  // readers share
+/// assert!(config.try_write().await?.is_none());   // a writer waits for them
+/// let (t1, t2) = (r1.fencing_token(), r2.fencing_token());
+/// r1.release().await?;
+/// r2.release().await?;
+/// let w = config.write().await?;
+/// assert!(w.fencing_token() > t1.max(t2));        // writes are ordered after reads
+/// w.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    client: Arc<ClientInner>,
+    name: Arc<str>,
+    gate: LockName,
+    readers: Semaphore,
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock").field("name", &self.name).finish()
+    }
+}
+
+impl RwLock {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Result<Self> {
+        let readers = Semaphore::with_slots(client.clone(), name.clone(), READER_SLOTS, "reader")?;
+        // The reader slots' names checked the length; the gate's suffix is shorter.
+        let gate = LockName::new(format!("{name}#gate"))?;
+        Ok(RwLock {
+            client,
+            name: name.into(),
+            gate,
+            readers,
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Waits for a shared read lock, without a limit, held with the client's renewed lease.
+    ///
+    /// # Notable errors
+    /// [`Error::Backend`] when the backend fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the gate and the slot acquisitions are, and a dropped read leaves neither.
+    pub async fn read(&self) -> Result<ReadGuard> {
+        self.read_with(AcquireOptions::new()).await
+    }
+
+    /// Tries once: `None` when a writer holds or waits for the lock, or every reader slot is
+    /// taken.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RwLock::read`].
+    pub async fn try_read(&self) -> Result<Option<ReadGuard>> {
+        self.read_inner(AcquireOptions::new().wait(Duration::ZERO))
+            .await
+    }
+
+    /// A read lock with a wait limit and/or a fixed lease (the lease of the reader's slot).
+    ///
+    /// # Notable errors
+    /// - [`Error::Timeout`] when the wait runs out.
+    /// - [`Error::InvalidInput`] for a bad lease or wait.
+    /// - [`Error::Backend`] when the backend fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RwLock::read`].
+    pub async fn read_with(&self, options: AcquireOptions) -> Result<ReadGuard> {
+        let start = Instant::now();
+        self.read_inner(options)
+            .await?
+            .ok_or_else(|| self.timeout(start))
+    }
+
+    /// Waits for the exclusive write lock, without a limit, held with the client's renewed
+    /// lease.
+    ///
+    /// # Notable errors
+    /// [`Error::Backend`] when the backend fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped write gives back the gate and every slot it had taken.
+    pub async fn write(&self) -> Result<WriteGuard> {
+        self.write_with(AcquireOptions::new()).await
+    }
+
+    /// Tries once: `None` when anyone holds or waits at the gate or holds a read lock.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RwLock::write`].
+    pub async fn try_write(&self) -> Result<Option<WriteGuard>> {
+        self.write_inner(AcquireOptions::new().wait(Duration::ZERO))
+            .await
+    }
+
+    /// The write lock with a wait limit and/or a fixed lease (for the gate and every slot).
+    ///
+    /// # Notable errors
+    /// As [`RwLock::read_with`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`RwLock::write`].
+    pub async fn write_with(&self, options: AcquireOptions) -> Result<WriteGuard> {
+        let start = Instant::now();
+        self.write_inner(options)
+            .await?
+            .ok_or_else(|| self.timeout(start))
+    }
+
+    fn timeout(&self, start: Instant) -> Error {
+        Error::Timeout {
+            name: self.name.to_string(),
+            waited: start.elapsed(),
+        }
+    }
+
+    /// The gate, acquired as a new owner with `options`.
+    async fn gate(&self, options: AcquireOptions) -> Result<Option<Guard>> {
+        Mutex::new(self.client.clone(), self.gate.clone(), None)
+            .acquire_inner(options)
+            .await
+    }
+
+    async fn read_inner(&self, options: AcquireOptions) -> Result<Option<ReadGuard>> {
+        options.validate()?;
+        let start = Instant::now();
+        // The gate only orders the reader: it is held for the slot acquisition, with the
+        // client's lease, whatever lease the read asks for.
+        let gate_options = match options.wait_limit() {
+            Some(wait) => AcquireOptions::new().wait(wait),
+            None => AcquireOptions::new(),
+        };
+        let Some(gate) = self.gate(gate_options).await? else {
+            return Ok(None);
+        };
+        let options = options.wait(remaining(options, start));
+        let slot = self.readers.acquire_inner(options).await?;
+        let fencing_token = gate.fencing_token();
+        // Released in the background: the reader does not wait for it.
+        drop(gate);
+        Ok(slot.map(|slot| ReadGuard {
+            slot,
+            fencing_token,
+        }))
+    }
+
+    async fn write_inner(&self, options: AcquireOptions) -> Result<Option<WriteGuard>> {
+        options.validate()?;
+        let start = Instant::now();
+        let Some(gate) = self.gate(options).await? else {
+            return Ok(None);
+        };
+        let options = options.wait(remaining(options, start));
+        // One owner for every slot, so the writer's guards name one holder.
+        let holder = self.client.new_owner();
+        let slots = (0..READER_SLOTS).map(|index| {
+            let slot = self.readers.slot(index as usize, Some(holder.clone()));
+            async move { slot.acquire_inner(options).await }
+        });
+        let Some(slots) = try_join_all(slots)
+            .await?
+            .into_iter()
+            .collect::<Option<Vec<Guard>>>()
+        else {
+            return Ok(None);
+        };
+        let fencing_token = gate.fencing_token();
+        let mut parts = Vec::with_capacity(slots.len() + 1);
+        parts.push(gate);
+        parts.extend(slots);
+        Ok(Some(WriteGuard {
+            parts: GuardSet::new(parts),
+            fencing_token,
+        }))
+    }
+}
+
+/// What is left of `options`' wait `start` ago (no limit stays no limit).
+fn remaining(options: AcquireOptions, start: Instant) -> Duration {
+    match options.wait_limit() {
+        Some(wait) => wait.saturating_sub(start.elapsed()),
+        None => MAX_DURATION,
+    }
+}
+
+/// A shared read lock of an [`RwLock`]. Dropping it releases in the background.
+#[must_use = "the read lock is released as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct ReadGuard {
+    slot: Guard,
+    fencing_token: u64,
+}
+
+impl ReadGuard {
+    /// The gate's token of this read: larger than every write's granted before it, smaller
+    /// than every write's granted after it.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// The reader slot held, a lock of its own (its lease, renewal, and loss).
+    pub fn slot(&self) -> &Guard {
+        &self.slot
+    }
+
+    /// Resolves when the read lock is known lost (its slot's lease ran out, was refused, or
+    /// force-unlocked); a writer may hold the lock after that.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> Error {
+        self.slot.lost().await
+    }
+
+    /// Why it was lost, once known.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.slot.loss_reason()
+    }
+
+    /// Releases the read lock.
+    ///
+    /// # Notable errors
+    /// As [`Guard::release`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped release completes in the background.
+    pub async fn release(self) -> Result<()> {
+        self.slot.release().await
+    }
+}
+
+/// The exclusive write lock of an [`RwLock`]: the gate and every reader slot. Dropping it
+/// releases them in the background.
+#[must_use = "the write lock is released as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct WriteGuard {
+    parts: GuardSet,
+    fencing_token: u64,
+}
+
+impl WriteGuard {
+    /// The gate's token of this write: larger than every read's and write's granted before it.
+    pub fn fencing_token(&self) -> u64 {
+        self.fencing_token
+    }
+
+    /// Resolves when any of the locks the write holds is known lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> Error {
+        self.parts.lost().await
+    }
+
+    /// Why it was lost, once known.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.parts.loss_reason()
+    }
+
+    /// Moves the end of a fixed lease on the gate and every slot.
+    ///
+    /// # Notable errors
+    /// As [`Guard::extend`], the first part's error.
+    ///
+    /// # Cancel safety
+    /// Dropping the future may have moved some parts' lease ends.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        self.parts.extend(lease).await
+    }
+
+    /// Releases the gate and every slot.
+    ///
+    /// # Notable errors
+    /// The first part's error, after every part was tried.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped release completes in the background.
+    pub async fn release(self) -> Result<()> {
+        self.parts.release().await
+    }
+}

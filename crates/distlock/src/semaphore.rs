@@ -1,0 +1,246 @@
+//! The distributed counting semaphore: `permits` holders at once, each permit a lock of its
+//! own on one of the semaphore's permit slots.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+
+use crate::backend::Owner;
+use crate::error::{Error, Result};
+use crate::keeper::ClientInner;
+use crate::mutex::{Guard, Mutex};
+use crate::name::LockName;
+use crate::options::{AcquireOptions, MAX_DURATION};
+
+/// The most permits a [`Semaphore`] can have: a waiting acquirer waits on every permit slot.
+pub const MAX_PERMITS: u32 = 256;
+
+/// A semaphore of `permits` holders at once, made by
+/// [`Locks::semaphore`](crate::Locks::semaphore).
+///
+/// Every permit is a lock on one of the semaphore's permit slots, the lock names
+/// `<name>#permit-0` to `<name>#permit-<permits - 1>`, so a permit is a [`Guard`] with all a
+/// mutex guard has: its own lease and renewal, [`Guard::lost`], and a fencing token that grows
+/// strictly with every grant of its slot ([`Guard::name`] says which slot). A crashed
+/// holder's permit frees itself as that backend's mutex does (its lease ends, or its session
+/// or connection does).
+///
+/// An acquisition first tries the slots one by one from a random one; when all are held it
+/// waits on every slot at once and takes the first it is granted, giving the others up. On a
+/// backend that serves its mutex's waiters in arrival order, a waiter is queued on every slot,
+/// so the earliest waiter gets the next free permit.
+///
+/// # Permit count
+/// Every client must use the same count for a name. A client that finds all its slots held
+/// also checks the slot just past its count: held there means another client uses more
+/// permits, and the acquisition fails with [`Error::InvalidInput`] instead of waiting under
+/// a second limit. The client with the larger count cannot tell (its slots look the same), so
+/// until the smaller one runs into it, the larger count is the one in force.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> distlock::Result<()> {
+/// let locks = distlock::connect("memory://").await?;
+/// let exports = locks.semaphore("exports", 2)?;
+/// let a = exports.acquire().await?;
+/// let b = exports.acquire().await?;
+/// assert!(exports.try_acquire().await?.is_none());  // two at once, no more
+/// a.release().await?;
+/// let c = exports.acquire().await?;
+/// # b.release().await?;
+/// # c.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    client: Arc<ClientInner>,
+    name: Arc<str>,
+    /// One lock name per permit.
+    slots: Arc<[LockName]>,
+    /// The slot just past the count, held only by a client that uses more permits.
+    beyond: LockName,
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("permits", &self.slots.len())
+            .finish()
+    }
+}
+
+/// The lock name of permit slot `index` of the semaphore (or reader set) `name`.
+pub(crate) fn slot_name(name: &str, kind: &str, index: u32) -> Result<LockName> {
+    LockName::new(format!("{name}#{kind}-{index}")).map_err(|_| {
+        Error::invalid(
+            "lock name",
+            format!(
+                "the name is {} bytes long; with its slot suffix (\"#{kind}-{index}\") it must fit \
+                 in {} bytes",
+                name.len(),
+                crate::MAX_NAME_BYTES
+            ),
+        )
+    })
+}
+
+impl Semaphore {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String, permits: u32) -> Result<Self> {
+        Self::with_slots(client, name, permits, "permit")
+    }
+
+    /// A semaphore over the slots `<name>#<kind>-<i>`.
+    pub(crate) fn with_slots(
+        client: Arc<ClientInner>,
+        name: String,
+        permits: u32,
+        kind: &str,
+    ) -> Result<Self> {
+        LockName::new(name.as_str())?;
+        if permits == 0 || permits > MAX_PERMITS {
+            return Err(Error::invalid(
+                "permit count",
+                format!("{permits} permits asked; give 1 to {MAX_PERMITS}"),
+            ));
+        }
+        let slots = (0..permits)
+            .map(|index| slot_name(&name, kind, index))
+            .collect::<Result<Arc<[LockName]>>>()?;
+        let beyond = slot_name(&name, kind, permits)?;
+        Ok(Semaphore {
+            client,
+            name: name.into(),
+            slots,
+            beyond,
+        })
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many holders it admits at once.
+    pub fn permits(&self) -> u32 {
+        // At most MAX_PERMITS, checked when made.
+        u32::try_from(self.slots.len()).unwrap_or(MAX_PERMITS)
+    }
+
+    /// Waits for a permit without a limit, held with the client's renewed lease.
+    ///
+    /// # Notable errors
+    /// - [`Error::InvalidInput`] when another client uses this name with more permits.
+    /// - [`Error::Backend`] when the backend fails; the wait ends then.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: every slot's acquisition is, so a dropped acquire leaves no permit, no
+    /// queue entry, and a grant that arrives after the drop is given back in the background.
+    pub async fn acquire(&self) -> Result<Guard> {
+        self.acquire_with(AcquireOptions::new()).await
+    }
+
+    /// Tries every slot once and returns at once: `None` when all permits are held.
+    ///
+    /// # Notable errors
+    /// As [`Semaphore::acquire`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn try_acquire(&self) -> Result<Option<Guard>> {
+        self.acquire_inner(AcquireOptions::new().wait(Duration::ZERO))
+            .await
+    }
+
+    /// Acquires a permit with a wait limit and/or a fixed lease.
+    ///
+    /// # Notable errors
+    /// - [`Error::Timeout`] when the wait runs out.
+    /// - [`Error::InvalidInput`] for a bad lease or wait, or when another client uses this
+    ///   name with more permits.
+    /// - [`Error::Backend`] when the backend fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Semaphore::acquire`].
+    pub async fn acquire_with(&self, options: AcquireOptions) -> Result<Guard> {
+        let start = Instant::now();
+        match self.acquire_inner(options).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::Timeout {
+                name: self.name.to_string(),
+                waited: start.elapsed(),
+            }),
+        }
+    }
+
+    /// How many permits are free now, by asking every slot (an operator's and a test's tool;
+    /// it may be stale by the time it returns).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn available(&self) -> Result<u32> {
+        let mut free = 0;
+        for slot in self.slots.iter() {
+            if !self.client.backend.is_locked(slot).await? {
+                free += 1;
+            }
+        }
+        Ok(free)
+    }
+
+    /// The mutex of slot `index`, acquiring as `owner` (`None`: a new owner per acquisition).
+    pub(crate) fn slot(&self, index: usize, owner: Option<Owner>) -> Mutex {
+        Mutex::new(self.client.clone(), self.slots[index].clone(), owner)
+    }
+
+    pub(crate) async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<Guard>> {
+        options.validate()?;
+        let start = Instant::now();
+        let count = self.slots.len();
+        let first = fastrand::usize(..count);
+        for step in 0..count {
+            let slot = self.slot((first + step) % count, None);
+            if let Some(guard) = slot.acquire_inner(options.wait(Duration::ZERO)).await? {
+                return Ok(Some(guard));
+            }
+        }
+        if self.client.backend.is_locked(&self.beyond).await? {
+            return Err(Error::invalid(
+                "permit count",
+                format!(
+                    "semaphore {:?} is used with {count} permits here and with more by another \
+                     client ({} is held); give every client the same count",
+                    self.name, self.beyond
+                ),
+            ));
+        }
+        let remaining = match options.wait_limit() {
+            Some(wait) => wait.saturating_sub(start.elapsed()),
+            None => MAX_DURATION,
+        };
+        if remaining.is_zero() {
+            return Ok(None);
+        }
+        let options = options.wait(remaining);
+        // Wait on every slot; the first grant wins and the other acquisitions are dropped,
+        // which gives back anything they were granted meanwhile.
+        let mut racers: FuturesUnordered<_> = (0..count)
+            .map(|index| {
+                let slot = self.slot(index, None);
+                async move { slot.acquire_with(options).await }
+            })
+            .collect();
+        while let Some(result) = racers.next().await {
+            match result {
+                Ok(guard) => return Ok(Some(guard)),
+                Err(error) if error.is_timeout() => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(None)
+    }
+}
