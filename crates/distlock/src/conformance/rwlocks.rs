@@ -77,9 +77,24 @@ pub async fn rwlock_queued_writer_blocks_new_readers(target: &Target) {
             .write_with(AcquireOptions::new().wait(Duration::from_secs(20)))
             .await
     });
-    // The writer is queued once it holds the gate.
+    // The writer is queued once it holds the gate and every reader slot but the reader's
+    // (the reader's own gate, released in the background, may still show as held).
     tokio::time::timeout(Duration::from_secs(10), async {
-        while !locks.is_locked(&format!("{name}#gate")).await.unwrap() {
+        loop {
+            let mut held = 0;
+            for slot in 0..crate::READER_SLOTS {
+                held += u32::from(
+                    locks
+                        .is_locked(&format!("{name}#reader-{slot}"))
+                        .await
+                        .unwrap(),
+                );
+            }
+            if held == crate::READER_SLOTS
+                && locks.is_locked(&format!("{name}#gate")).await.unwrap()
+            {
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
