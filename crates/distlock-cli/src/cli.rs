@@ -241,6 +241,13 @@ pub struct BenchArgs {
     /// (comma-separated counts, e.g. 8,32; empty skips the phase).
     #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(usize))]
     pub herd: Vec<usize>,
+    /// Also measure the semaphore (--permits permits), the reader-writer lock (reads as
+    /// readers grow) and a 3-name multi-lock, each against the mutex of the same run.
+    #[arg(long)]
+    pub primitives: bool,
+    /// The semaphore's permits in the --primitives phase (twice as many tasks contend).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub permits: u32,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -6,9 +6,12 @@
 //! 3. Contention: worker processes on one name, each holding `--hold-ms` per acquisition,
 //!    against 1 / (mean hold + RTT); handoff gaps (release start to the next grant), waits,
 //!    fairness, and a mutual-exclusion check over every acquisition's interval.
+//! 4. Optionally (`--primitives`), the semaphore, reader-writer lock and multi-lock against
+//!    the mutex of the same run.
 
 mod contend;
 mod plot;
+mod primitives;
 mod renewal;
 mod report;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
@@ -138,6 +141,13 @@ pub async fn run(args: BenchArgs) -> CliResult {
         None
     };
 
+    // 4b. Optionally, the primitives built on the mutex.
+    let primitives = if args.primitives {
+        Some(primitives::measure(&locks, &run_id, args.permits, args.hold_ms, rtt.mean_ms).await?)
+    } else {
+        None
+    };
+
     // 5. ZooKeeper: the herd effect, sequential vs naive lock.
     #[cfg(feature = "zookeeper")]
     let herd = if args.herd.is_empty() {
@@ -153,6 +163,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
         uncontended,
         contention,
         renewal,
+        primitives,
         #[cfg(any(feature = "zookeeper", feature = "etcd"))]
         write_rtt,
         #[cfg(feature = "zookeeper")]

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::primitives::{self, Primitives};
 use super::renewal::Renewal;
 
 /// Milliseconds statistics of a sample.
@@ -86,6 +87,8 @@ pub struct Report {
     pub contention: Contention,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub renewal: Option<Renewal>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub primitives: Option<Primitives>,
     /// ZooKeeper and etcd only: the round trip of the cheapest write (ZooKeeper: set data;
     /// etcd: a put under the client's lease), the floor of every grant and release.
     #[cfg(any(feature = "zookeeper", feature = "etcd"))]
@@ -100,6 +103,9 @@ pub struct Report {
 /// Prints the report as a table.
 pub fn print(r: &Report) {
     print_main(r);
+    if let Some(p) = &r.primitives {
+        primitives::print(p);
+    }
     #[cfg(any(feature = "zookeeper", feature = "etcd"))]
     if let Some(w) = &r.write_rtt {
         println!(
