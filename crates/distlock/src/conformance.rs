@@ -218,6 +218,7 @@ macro_rules! conformance_suite {
             promise4_cancelled_write_leaves_nothing,
             multi_lock_is_all_or_nothing,
             promise1_multi_lock_orders_do_not_deadlock,
+            promise1_multi_lock_fixed_lease_starts_once_all_are_held,
             promise2_multi_lock_lost_when_a_part_is_lost,
             promise4_cancelled_multi_lock_leaves_nothing,
         );

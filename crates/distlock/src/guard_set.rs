@@ -7,6 +7,10 @@ use futures_util::future::{join_all, select_all};
 
 use crate::Guard;
 use crate::error::{Error, LossReason, Result};
+use crate::options::AcquireOptions;
+
+/// How long a set waits for its parts' renewing requests before it sets their fixed lease.
+const SETTLE_LIMIT: Duration = Duration::from_secs(2);
 
 /// Guards acquired together, released together.
 #[derive(Debug)]
@@ -15,8 +19,21 @@ pub(crate) struct GuardSet {
 }
 
 impl GuardSet {
-    pub(crate) fn new(parts: Vec<Guard>) -> Self {
-        GuardSet { parts }
+    /// The parts, all held now, as one set with `options`' fixed lease starting now (they
+    /// were acquired with the renewed lease while the others were awaited). `None` when a
+    /// part was lost meanwhile: the parts are released in the background.
+    pub(crate) async fn held(parts: Vec<Guard>, options: AcquireOptions) -> Result<Option<Self>> {
+        let set = GuardSet { parts };
+        if let Some(lease) = options.fixed_lease() {
+            join_all(
+                set.parts
+                    .iter()
+                    .map(|part| part.renewal_settled(SETTLE_LIMIT)),
+            )
+            .await;
+            set.set_lease(lease).await?;
+        }
+        Ok((!set.is_lost()).then_some(set))
     }
 
     pub(crate) fn parts(&self) -> &[Guard] {
@@ -35,6 +52,18 @@ impl GuardSet {
     /// The first lost part's reason.
     pub(crate) fn loss_reason(&self) -> Option<LossReason> {
         self.parts.iter().find_map(Guard::loss_reason)
+    }
+
+    /// True once any part is known lost.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.parts.iter().any(Guard::is_lost)
+    }
+
+    /// Turns every part's lease into the fixed `lease` from now (the parts were acquired with
+    /// the renewed lease while the others were awaited); the first error wins.
+    pub(crate) async fn set_lease(&self, lease: Duration) -> Result<()> {
+        let results = join_all(self.parts.iter().map(|part| part.set_lease(lease))).await;
+        results.into_iter().collect()
     }
 
     /// Moves the end of every part's fixed lease; the first error wins.

@@ -387,6 +387,21 @@ impl ClientInner {
         self.keeper_wake.notify_one();
     }
 
+    /// True while a renewing request of `grant` (a batch renewal, a handover's
+    /// confirmation) is unanswered.
+    pub(crate) fn renewal_in_flight(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        grant: &Arc<Grant>,
+    ) -> bool {
+        let registry = self.registry();
+        registry
+            .slots
+            .get(&(name.clone(), owner.clone()))
+            .is_some_and(|slot| Arc::ptr_eq(&slot.grant, grant) && slot.renewing.is_some())
+    }
+
     /// A handover's confirmation, which extends `grant`'s lock to `lease`, starts at `start`.
     pub(crate) fn confirmation_starts(
         &self,

@@ -12,7 +12,7 @@ use crate::guard_set::GuardSet;
 use crate::keeper::ClientInner;
 use crate::mutex::Mutex;
 use crate::name::LockName;
-use crate::options::{AcquireOptions, MAX_DURATION};
+use crate::options::AcquireOptions;
 
 /// The most names a [`MultiLock`] takes.
 pub const MAX_MULTI_NAMES: usize = 256;
@@ -20,8 +20,8 @@ pub const MAX_MULTI_NAMES: usize = 256;
 /// Several locks taken together, made by [`Locks::multi_lock`](crate::Locks::multi_lock)
 /// (Redisson's `MultiLock`, Curator's `InterProcessMultiLock`).
 ///
-/// The names are taken one after another in byte order of the name, whatever order the caller
-/// gave: two multi-locks over overlapping names, or a multi-lock and a caller that takes the
+/// The names are taken one after another in one global order (ASCII case folded, then by
+/// bytes), whatever order the caller gave: two multi-locks over overlapping names, or a multi-lock and a caller that takes the
 /// same mutexes in that order, cannot deadlock. (A caller that takes the mutexes one by one in
 /// another order still can; take them through a `MultiLock`.) When the wait runs out or a part
 /// fails, every part already taken is given back: nothing is held unless everything is.
@@ -73,7 +73,12 @@ impl MultiLock {
                 ),
             ));
         }
-        parsed.sort();
+        // ASCII case folded first, so that backends whose names ignore case (MySQL's named
+        // locks) see one order too; then the bytes, so that the order is total.
+        parsed.sort_by(|a, b| {
+            (a.as_str().to_ascii_lowercase(), a.as_str())
+                .cmp(&(b.as_str().to_ascii_lowercase(), b.as_str()))
+        });
         if let Some(pair) = parsed.windows(2).find(|pair| pair[0] == pair[1]) {
             return Err(Error::invalid(
                 "lock names",
@@ -113,7 +118,8 @@ impl MultiLock {
     }
 
     /// Every lock within one wait limit (for all parts together) and/or with a fixed lease
-    /// (for each part, from its own grant).
+    /// (for every part, from the moment all are held: the parts are acquired with the
+    /// client's renewed lease while the others are awaited).
     ///
     /// # Notable errors
     /// - [`Error::Timeout`] when the wait runs out; nothing is held.
@@ -135,25 +141,28 @@ impl MultiLock {
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<MultiGuard>> {
         options.validate()?;
         let start = Instant::now();
-        // One owner for every part, so the parts name one holder.
-        let owner = self.client.new_owner();
-        let mut parts = Vec::with_capacity(self.names.len());
-        for name in self.names.iter() {
-            let remaining = match options.wait_limit() {
-                Some(wait) => wait.saturating_sub(start.elapsed()),
-                None => MAX_DURATION,
-            };
-            let part = Mutex::new(self.client.clone(), name.clone(), Some(owner.clone()));
-            // On `None`, an error, or a drop of this future, `parts` is dropped, and each
-            // guard in it releases its part in the background.
-            match part.acquire_inner(options.wait(remaining)).await? {
-                Some(guard) => parts.push(guard),
-                None => return Ok(None),
+        loop {
+            // One owner for every part, so the parts name one holder.
+            let owner = self.client.new_owner();
+            let mut parts = Vec::with_capacity(self.names.len());
+            for name in self.names.iter() {
+                let part = Mutex::new(self.client.clone(), name.clone(), Some(owner.clone()));
+                // Each part with the renewed lease: a fixed lease starts once all are held.
+                // On `None`, an error, or a drop of this future, `parts` is dropped, and each
+                // guard in it releases its part in the background.
+                match part
+                    .acquire_inner(options.renewed().wait_left(start))
+                    .await?
+                {
+                    Some(guard) => parts.push(guard),
+                    None => return Ok(None),
+                }
+            }
+            // A part lost while the others were awaited: give everything back, start again.
+            if let Some(parts) = GuardSet::held(parts, options).await? {
+                return Ok(Some(MultiGuard { parts }));
             }
         }
-        Ok(Some(MultiGuard {
-            parts: GuardSet::new(parts),
-        }))
     }
 }
 

@@ -120,6 +120,24 @@ impl AcquireOptions {
         self.lease
     }
 
+    /// These options with what is left, `start` ago, of their wait (no limit stays none).
+    pub(crate) fn wait_left(self, start: Instant) -> Self {
+        AcquireOptions {
+            wait: self.wait.map(|wait| wait.saturating_sub(start.elapsed())),
+            lease: self.lease,
+        }
+    }
+
+    /// These options with the client's renewed lease instead of a fixed one: for the parts
+    /// of a primitive that waits for several locks, whose fixed lease starts once it holds
+    /// them all.
+    pub(crate) fn renewed(self) -> Self {
+        AcquireOptions {
+            wait: self.wait,
+            lease: None,
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if let Some(lease) = self.lease {
             validate_lease(lease)?;

@@ -13,7 +13,7 @@ use crate::guard_set::GuardSet;
 use crate::keeper::ClientInner;
 use crate::mutex::{Guard, Mutex};
 use crate::name::LockName;
-use crate::options::{AcquireOptions, MAX_DURATION};
+use crate::options::AcquireOptions;
 use crate::semaphore::Semaphore;
 
 /// How many readers an [`RwLock`] admits at once. Part of the lock's layout: every client
@@ -39,8 +39,10 @@ pub const READER_SLOTS: u32 = 16;
 ///   in arrival order at the gate.
 ///
 /// Readers hold their locks in parallel; their *acquisitions* pass the gate one at a time,
-/// each holding it for one slot acquisition. A write costs `1 + READER_SLOTS` acquisitions,
-/// made at once.
+/// each holding it for one slot acquisition and its release. A write costs the gate and then
+/// `READER_SLOTS` acquisitions made at once. A reader or writer whose gate is lost while it
+/// waits for slots gives up what it took and starts again. The lock names `<name>#gate` and
+/// `<name>#reader-<i>` are the lock's: do not use them for mutexes.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -102,8 +104,8 @@ impl RwLock {
         self.read_with(AcquireOptions::new()).await
     }
 
-    /// Tries once: `None` when a writer holds or waits for the lock, or every reader slot is
-    /// taken.
+    /// Tries once: `None` when a writer holds or waits for the lock, every reader slot is
+    /// taken, or another reader or writer is passing the gate at this moment.
     ///
     /// # Cancel safety
     /// Cancel safe, as [`RwLock::read`].
@@ -149,7 +151,8 @@ impl RwLock {
             .await
     }
 
-    /// The write lock with a wait limit and/or a fixed lease (for the gate and every slot).
+    /// The write lock with a wait limit and/or a fixed lease (for the gate and every slot,
+    /// from the moment all are held).
     ///
     /// # Notable errors
     /// As [`RwLock::read_with`].
@@ -180,62 +183,71 @@ impl RwLock {
     async fn read_inner(&self, options: AcquireOptions) -> Result<Option<ReadGuard>> {
         options.validate()?;
         let start = Instant::now();
-        // The gate only orders the reader: it is held for the slot acquisition, with the
-        // client's lease, whatever lease the read asks for.
-        let gate_options = match options.wait_limit() {
-            Some(wait) => AcquireOptions::new().wait(wait),
-            None => AcquireOptions::new(),
-        };
-        let Some(gate) = self.gate(gate_options).await? else {
-            return Ok(None);
-        };
-        let options = options.wait(remaining(options, start));
-        let slot = self.readers.acquire_inner(options).await?;
-        let fencing_token = gate.fencing_token();
-        // Released in the background: the reader does not wait for it.
-        drop(gate);
-        Ok(slot.map(|slot| ReadGuard {
-            slot,
-            fencing_token,
-        }))
+        loop {
+            // The gate only orders the reader: it is held for the slot acquisition, with the
+            // client's renewed lease, whatever lease the read asks for.
+            let Some(gate) = self.gate(options.renewed().wait_left(start)).await? else {
+                return Ok(None);
+            };
+            let slot = tokio::select! {
+                slot = self.readers.acquire_inner(options.wait_left(start)) => slot?,
+                // Dropping the slot acquisition leaves nothing; start again.
+                _ = gate.lost() => continue,
+            };
+            let Some(slot) = slot else {
+                return Ok(None);
+            };
+            // Not lost now means nobody else was granted the gate yet (a loss is known
+            // before anyone else can be granted): the gate's token orders this read.
+            if gate.is_lost() {
+                continue;
+            }
+            let fencing_token = gate.fencing_token();
+            if let Err(error) = gate.release().await {
+                tracing::debug!(lock = %self.gate, %error, "the reader's gate release failed");
+            }
+            return Ok(Some(ReadGuard {
+                slot,
+                fencing_token,
+            }));
+        }
     }
 
     async fn write_inner(&self, options: AcquireOptions) -> Result<Option<WriteGuard>> {
         options.validate()?;
         let start = Instant::now();
-        let Some(gate) = self.gate(options).await? else {
-            return Ok(None);
-        };
-        let options = options.wait(remaining(options, start));
-        // One owner for every slot, so the writer's guards name one holder.
-        let holder = self.client.new_owner();
-        let slots = (0..READER_SLOTS).map(|index| {
-            let slot = self.readers.slot(index as usize, Some(holder.clone()));
-            async move { slot.acquire_inner(options).await }
-        });
-        let Some(slots) = try_join_all(slots)
-            .await?
-            .into_iter()
-            .collect::<Option<Vec<Guard>>>()
-        else {
-            return Ok(None);
-        };
-        let fencing_token = gate.fencing_token();
-        let mut parts = Vec::with_capacity(slots.len() + 1);
-        parts.push(gate);
-        parts.extend(slots);
-        Ok(Some(WriteGuard {
-            parts: GuardSet::new(parts),
-            fencing_token,
-        }))
-    }
-}
-
-/// What is left of `options`' wait `start` ago (no limit stays no limit).
-fn remaining(options: AcquireOptions, start: Instant) -> Duration {
-    match options.wait_limit() {
-        Some(wait) => wait.saturating_sub(start.elapsed()),
-        None => MAX_DURATION,
+        loop {
+            // Every part is acquired with the renewed lease; a fixed lease starts once the
+            // writer holds them all.
+            let Some(gate) = self.gate(options.renewed().wait_left(start)).await? else {
+                return Ok(None);
+            };
+            // One owner for every slot, so the writer's guards name one holder.
+            let holder = self.client.new_owner();
+            let slots = (0..READER_SLOTS).map(|index| {
+                let slot = self.readers.slot(index as usize, Some(holder.clone()));
+                let options = options.renewed().wait_left(start);
+                async move { slot.acquire_inner(options).await }
+            });
+            let slots = tokio::select! {
+                slots = try_join_all(slots) => slots?,
+                // Another writer may take the gate now: give the slots up, start again.
+                _ = gate.lost() => continue,
+            };
+            let Some(slots) = slots.into_iter().collect::<Option<Vec<Guard>>>() else {
+                return Ok(None);
+            };
+            let fencing_token = gate.fencing_token();
+            let mut parts = Vec::with_capacity(slots.len() + 1);
+            parts.push(gate);
+            parts.extend(slots);
+            if let Some(parts) = GuardSet::held(parts, options).await? {
+                return Ok(Some(WriteGuard {
+                    parts,
+                    fencing_token,
+                }));
+            }
+        }
     }
 }
 

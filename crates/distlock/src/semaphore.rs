@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::keeper::ClientInner;
 use crate::mutex::{Guard, Mutex};
 use crate::name::LockName;
-use crate::options::{AcquireOptions, MAX_DURATION};
+use crate::options::AcquireOptions;
 
 /// The most permits a [`Semaphore`] can have: a waiting acquirer waits on every permit slot.
 pub const MAX_PERMITS: u32 = 256;
@@ -26,7 +26,7 @@ pub const MAX_PERMITS: u32 = 256;
 /// mutex guard has: its own lease and renewal, [`Guard::lost`], and a fencing token that grows
 /// strictly with every grant of its slot ([`Guard::name`] says which slot). A crashed
 /// holder's permit frees itself as that backend's mutex does (its lease ends, or its session
-/// or connection does).
+/// or connection does). The slot names are the semaphore's: do not use them for mutexes.
 ///
 /// An acquisition first tries the slots one by one from a random one; when all are held it
 /// waits on every slot at once and takes the first it is granted, giving the others up. On a
@@ -177,8 +177,10 @@ impl Semaphore {
         }
     }
 
-    /// How many permits are free now, by asking every slot (an operator's and a test's tool;
-    /// it may be stale by the time it returns).
+    /// How many permit slots nobody holds now, by asking every slot (an operator's and a
+    /// test's tool; it may be stale by the time it returns). On ZooKeeper a free slot with a
+    /// queued waiter counts as held; on a fair Redis lock a free slot reserved for a queued
+    /// waiter counts as free.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -218,14 +220,13 @@ impl Semaphore {
                 ),
             ));
         }
-        let remaining = match options.wait_limit() {
-            Some(wait) => wait.saturating_sub(start.elapsed()),
-            None => MAX_DURATION,
-        };
-        if remaining.is_zero() {
+        if options
+            .wait_limit()
+            .is_some_and(|wait| wait <= start.elapsed())
+        {
             return Ok(None);
         }
-        let options = options.wait(remaining);
+        let options = options.wait_left(start);
         // Wait on every slot; the first grant wins and the other acquisitions are dropped,
         // which gives back anything they were granted meanwhile.
         let mut racers: FuturesUnordered<_> = (0..count)

@@ -118,6 +118,15 @@ pub async fn rwlock_queued_writer_blocks_new_readers(target: &Target) {
         write.fencing_token() > read_token,
         "a write's token not above a read's"
     );
+    // The writer holds every reader slot itself, not only the gate.
+    for slot in 0..crate::READER_SLOTS {
+        let slot = format!("{name}#reader-{slot}");
+        let mutex = other.mutex(slot.as_str()).unwrap();
+        assert!(
+            mutex.try_acquire().await.unwrap().is_none(),
+            "{slot} free beside a write"
+        );
+    }
     assert!(
         lock.try_read().await.unwrap().is_none(),
         "a read beside a write"

@@ -237,6 +237,21 @@ impl Guard {
         self.change_lease(lease).await
     }
 
+    /// Waits, at most `limit`, until no renewing request of this grant is unanswered, so that
+    /// a lease change sent next is not overtaken on the server by that request's longer lease
+    /// (a handover's confirmation is sent right after the grant).
+    pub(crate) async fn renewal_settled(&self, limit: Duration) {
+        let state = self.state();
+        let until = Instant::now() + limit;
+        while Instant::now() < until
+            && state
+                .client
+                .renewal_in_flight(&state.name, &state.owner, &state.grant)
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     async fn change_lease(&self, lease: Duration) -> Result<()> {
         let state = self.state();
         let start = Instant::now();
