@@ -371,6 +371,22 @@ pub struct HoldArgs {
     /// Give up holding and exit after this many milliseconds.
     #[arg(long, default_value_t = 600_000)]
     pub max_ms: u64,
+    /// What to hold: the mutex NAME, a permit of the semaphore NAME (--permits), or the
+    /// read or write lock of the reader-writer lock NAME.
+    #[arg(long, value_enum, default_value = "mutex")]
+    pub kind: HoldKind,
+    /// The semaphore's permits (--kind permit).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub permits: u32,
+}
+
+/// What `distlock hold` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HoldKind {
+    Mutex,
+    Permit,
+    Read,
+    Write,
 }
 
 pub async fn run(cli: Cli) -> CliResult {

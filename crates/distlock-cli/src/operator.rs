@@ -5,7 +5,7 @@ use std::time::Duration;
 use distlock::{AcquireOptions, ConnectOptions};
 use serde::Serialize;
 
-use crate::cli::{HoldArgs, LockArgs, StatusArgs};
+use crate::cli::{HoldArgs, HoldKind, LockArgs, StatusArgs};
 use crate::failure::{CliResult, Failure};
 use crate::json;
 
@@ -68,24 +68,66 @@ pub async fn force_unlock(args: LockArgs) -> CliResult {
     Ok(())
 }
 
-/// Acquires (waiting at most `--max-ms`), prints `{"fencing_token":N}` on one line, and holds
-/// until killed, until the lock is lost (exit 1), or until `--max-ms` (exit 0).
+/// Acquires (waiting at most `--max-ms`) the mutex, a semaphore permit, or a read or write
+/// lock, prints `{"fencing_token":N}` on one line, and holds until killed, until the lock is
+/// lost (exit 1), or until `--max-ms` (exit 0).
 pub async fn hold(args: HoldArgs) -> CliResult {
     let options = ConnectOptions::new().lease(Duration::from_millis(args.lease_ms));
     let locks = distlock::connect_with(&args.backend, options).await?;
-    let guard = locks
-        .mutex(args.name)?
-        .acquire_with(AcquireOptions::new().wait(Duration::from_millis(args.max_ms)))
-        .await?;
+    let wait = AcquireOptions::new().wait(Duration::from_millis(args.max_ms));
+    let held = match args.kind {
+        HoldKind::Mutex => Held::Guard(locks.mutex(args.name)?.acquire_with(wait).await?),
+        HoldKind::Permit => Held::Guard(
+            locks
+                .semaphore(args.name, args.permits)?
+                .acquire_with(wait)
+                .await?,
+        ),
+        HoldKind::Read => Held::Read(locks.rwlock(args.name)?.read_with(wait).await?),
+        HoldKind::Write => Held::Write(locks.rwlock(args.name)?.write_with(wait).await?),
+    };
     println!(
         "{}",
-        serde_json::json!({ "fencing_token": guard.fencing_token() })
+        serde_json::json!({ "fencing_token": held.fencing_token() })
     );
     tokio::select! {
-        lost = guard.lost() => Err(Failure::failed(lost)),
+        lost = held.lost() => Err(Failure::failed(lost)),
         () = tokio::time::sleep(Duration::from_millis(args.max_ms)) => {
-            guard.release().await?;
+            held.release().await?;
             Ok(())
+        }
+    }
+}
+
+/// What `hold` holds.
+enum Held {
+    Guard(distlock::Guard),
+    Read(distlock::ReadGuard),
+    Write(distlock::WriteGuard),
+}
+
+impl Held {
+    fn fencing_token(&self) -> u64 {
+        match self {
+            Held::Guard(guard) => guard.fencing_token(),
+            Held::Read(guard) => guard.fencing_token(),
+            Held::Write(guard) => guard.fencing_token(),
+        }
+    }
+
+    async fn lost(&self) -> distlock::Error {
+        match self {
+            Held::Guard(guard) => guard.lost().await,
+            Held::Read(guard) => guard.lost().await,
+            Held::Write(guard) => guard.lost().await,
+        }
+    }
+
+    async fn release(self) -> distlock::Result<()> {
+        match self {
+            Held::Guard(guard) => guard.release().await,
+            Held::Read(guard) => guard.release().await,
+            Held::Write(guard) => guard.release().await,
         }
     }
 }

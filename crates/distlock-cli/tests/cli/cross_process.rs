@@ -8,7 +8,7 @@ use distlock::AcquireOptions;
 
 use crate::{
     etcd_url, mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url, redis_url,
-    spawn_holder, sqlite_url, zookeeper_url,
+    spawn_holder, spawn_holder_of, sqlite_url, zookeeper_url,
 };
 
 /// The lease of the holder process the SIGKILL tests start.
@@ -24,6 +24,12 @@ macro_rules! cross_process_suite {
             async fn killed_holder_frees_its_lock_within_its_lease() {
                 let (url, _keep) = $url;
                 killed_holder_frees_its_lock(&url, HOLDER_LEASE + Duration::from_millis(500)).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn killed_permit_holder_and_writer_free_within_their_lease() {
+                let (url, _keep) = $url;
+                killed_primitive_holders_free(&url, HOLDER_LEASE + Duration::from_millis(500)).await;
             }
         }
     )*};
@@ -58,6 +64,20 @@ async fn zookeeper_killed_holder_frees_its_lock_within_the_session_timeout() {
 async fn etcd_killed_holder_frees_its_lock_within_the_lease_ttl() {
     let url = format!("{}?lease_ttl=2s", etcd_url());
     killed_holder_frees_its_lock(&url, Duration::from_millis(3000)).await;
+}
+
+/// A killed permit holder's and writer's locks free when the session expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_permit_holder_and_writer_free_within_the_session_timeout() {
+    let url = format!("{}?session_timeout=2s", zookeeper_url());
+    killed_primitive_holders_free(&url, Duration::from_millis(3000)).await;
+}
+
+/// A killed permit holder's and writer's locks free when their etcd lease runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_permit_holder_and_writer_free_within_the_lease_ttl() {
+    let url = format!("{}?lease_ttl=2s", etcd_url());
+    killed_primitive_holders_free(&url, Duration::from_millis(3000)).await;
 }
 
 /// A holder process stopped (SIGSTOP) past its session timeout: the server expires the
@@ -142,4 +162,64 @@ async fn killed_holder_frees_its_lock(url: &str, bound: Duration) {
     assert!(freed_after <= bound, "freed after {freed_after:?}");
     assert!(guard.fencing_token() > token);
     guard.release().await.unwrap();
+}
+
+/// Promise 4 across processes: a process holding the only permit of a semaphore, and one
+/// holding the write lock of a reader-writer lock (its gate and 16 slots), are SIGKILLed; each
+/// lock frees within `bound`, and the next grant's token is larger.
+async fn killed_primitive_holders_free(url: &str, bound: Duration) {
+    let lease_ms = HOLDER_LEASE.as_millis() as u64;
+    let locks = distlock::connect(url).await.unwrap();
+
+    let name = format!("killed-permit/{}/{}", std::process::id(), fastrand::u64(..));
+    let (mut holder, token) = spawn_holder_of(
+        url,
+        &name,
+        lease_ms,
+        &["--kind", "permit", "--permits", "1"],
+    );
+    let semaphore = locks.semaphore(name.as_str(), 1).unwrap();
+    assert!(
+        semaphore.try_acquire().await.unwrap().is_none(),
+        "a second permit while another process holds the only one"
+    );
+    holder.kill().expect("SIGKILL the permit holder");
+    let killed_at = Instant::now();
+    holder.wait().unwrap();
+    let permit = semaphore
+        .acquire_with(AcquireOptions::new().wait(bound * 3))
+        .await
+        .expect("the killed holder's permit never freed");
+    let freed_after = killed_at.elapsed();
+    assert!(
+        freed_after <= bound,
+        "the permit freed after {freed_after:?}"
+    );
+    assert!(permit.fencing_token() > token);
+    permit.release().await.unwrap();
+
+    let name = format!("killed-writer/{}/{}", std::process::id(), fastrand::u64(..));
+    let (mut writer, token) = spawn_holder_of(url, &name, lease_ms, &["--kind", "write"]);
+    let rwlock = locks.rwlock(name.as_str()).unwrap();
+    assert!(
+        rwlock.try_read().await.unwrap().is_none(),
+        "a read while another process writes"
+    );
+    writer.kill().expect("SIGKILL the writer");
+    let killed_at = Instant::now();
+    writer.wait().unwrap();
+    let read = rwlock
+        .read_with(AcquireOptions::new().wait(bound * 3))
+        .await
+        .expect("the killed writer's locks never freed");
+    let freed_after = killed_at.elapsed();
+    assert!(
+        freed_after <= bound,
+        "the write lock freed after {freed_after:?}"
+    );
+    assert!(
+        read.fencing_token() > token,
+        "a read's token not above the killed write's"
+    );
+    read.release().await.unwrap();
 }

@@ -35,6 +35,12 @@ fn stdout_json(output: &Output) -> Value {
 
 /// Starts `distlock hold` and returns it with the fencing token it printed.
 fn spawn_holder(url: &str, name: &str, lease_ms: u64) -> (Child, u64) {
+    spawn_holder_of(url, name, lease_ms, &[])
+}
+
+/// A `distlock hold` child with `extra` arguments (`--kind permit`, ...), and the fencing token
+/// it printed once it held.
+fn spawn_holder_of(url: &str, name: &str, lease_ms: u64, extra: &[&str]) -> (Child, u64) {
     let mut child = Command::new(BIN)
         .args([
             "hold",
@@ -45,6 +51,7 @@ fn spawn_holder(url: &str, name: &str, lease_ms: u64) -> (Child, u64) {
             "--lease-ms",
             &lease_ms.to_string(),
         ])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
