@@ -33,6 +33,7 @@ mod basics;
 mod cancel;
 mod leases;
 mod nested;
+mod primitive_faults;
 mod primitives;
 mod replies;
 mod run;
@@ -44,6 +45,7 @@ pub use basics::*;
 pub use cancel::*;
 pub use leases::*;
 pub use nested::*;
+pub use primitive_faults::*;
 pub use primitives::*;
 pub use replies::*;
 pub use run::*;
@@ -221,6 +223,9 @@ macro_rules! conformance_suite {
             promise1_multi_lock_fixed_lease_starts_once_all_are_held,
             promise2_multi_lock_lost_when_a_part_is_lost,
             promise4_cancelled_multi_lock_leaves_nothing,
+            promise4_semaphore_lost_reply_leaves_no_permit,
+            promise4_multi_lock_lost_lease_reply_leaves_no_part,
+            promise4_failed_write_leaves_nothing,
         );
     };
     (@cases $backend:ident, $target:expr; $($case:ident),* $(,)?) => {
