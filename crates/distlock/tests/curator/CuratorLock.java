@@ -4,10 +4,13 @@ import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderSelector;
+import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.retry.RetryNTimes;
 
@@ -32,6 +35,10 @@ import org.apache.curator.retry.RetryNTimes;
  *                                                        mutex is held
  *   participants PATH              participants N1 N2..  the lock's nodes in Curator's order
  *                                                        (the first holds), full paths
+ *   lead PATH TIMEOUT_MS           leading | timeout     a LeaderSelector on PATH that keeps
+ *                                                        leadership until resign; on timeout
+ *                                                        the selector is closed (leaves)
+ *   resign                         resigned              gives the leadership up
  *   exit                           bye                   closes the client (its nodes go) and
  *                                                        exits 0; so does the end of stdin
  *   anything that fails            error MESSAGE         and the program goes on
@@ -40,7 +47,8 @@ import org.apache.curator.retry.RetryNTimes;
  * <p>Extending: each command is one entry of {@link #commands}; its recipe objects live in a
  * map by path, as the mutexes do. {@code InterProcessReadWriteLock} ({@code read-acquire},
  * {@code write-acquire}, {@code read-release}, {@code write-release}) and {@code LeaderLatch}
- * ({@code latch-start}, {@code latch-await}, {@code latch-close}) would be added the same way.
+ * ({@code latch-start}, {@code latch-await}, {@code latch-close}) would be added the same way
+ * once distlock has their node layouts.
  */
 public final class CuratorLock {
     /** A command's handler: the words after the command's name in, the reply line out. */
@@ -52,12 +60,17 @@ public final class CuratorLock {
     /** One mutex per path, made on first use and kept so that re-entries and releases find it. */
     private final Map<String, InterProcessMutex> mutexes = new HashMap<>();
     private final Map<String, Command> commands = new HashMap<>();
+    /** The one LeaderSelector in use, and the latches its leadership waits on. */
+    private LeaderSelector selector;
+    private CountDownLatch resigned;
 
     private CuratorLock(CuratorFramework client) {
         this.client = client;
         commands.put("acquire", this::acquire);
         commands.put("release", this::release);
         commands.put("participants", this::participants);
+        commands.put("lead", this::lead);
+        commands.put("resign", this::resign);
     }
 
     private InterProcessMutex mutex(String path) {
@@ -114,6 +127,44 @@ public final class CuratorLock {
             line.append(' ').append(node);
         }
         return line.toString();
+    }
+
+    private String lead(String[] args) throws Exception {
+        arity(args, 2, 2, "lead PATH TIMEOUT_MS");
+        if (selector != null) {
+            throw new IllegalStateException("already campaigning: resign first");
+        }
+        long timeout = Long.parseLong(args[1]);
+        CountDownLatch leading = new CountDownLatch(1);
+        CountDownLatch resign = new CountDownLatch(1);
+        LeaderSelector candidate = new LeaderSelector(client, args[0],
+                new LeaderSelectorListenerAdapter() {
+                    @Override
+                    public void takeLeadership(CuratorFramework framework) throws Exception {
+                        leading.countDown();
+                        resign.await();
+                    }
+                });
+        candidate.start();
+        if (leading.await(timeout, TimeUnit.MILLISECONDS)) {
+            selector = candidate;
+            resigned = resign;
+            return "leading";
+        }
+        candidate.close();
+        return "timeout";
+    }
+
+    private String resign(String[] args) throws Exception {
+        arity(args, 0, 0, "resign");
+        if (selector == null) {
+            throw new IllegalStateException("not leading");
+        }
+        resigned.countDown();
+        selector.close();
+        selector = null;
+        resigned = null;
+        return "resigned";
     }
 
     /** Answers each line of {@code in} on {@code out} until {@code exit} or the end of input. */
