@@ -31,6 +31,7 @@ use crate::{AcquireOptions, ConnectOptions, Locks, MAX_NAME_BYTES};
 
 mod basics;
 mod cancel;
+mod elections;
 mod leases;
 mod nested;
 mod primitives;
@@ -42,6 +43,7 @@ mod stalls;
 mod wire;
 pub use basics::*;
 pub use cancel::*;
+pub use elections::*;
 pub use leases::*;
 pub use nested::*;
 pub use primitives::*;
@@ -220,6 +222,11 @@ macro_rules! conformance_suite {
             promise1_multi_lock_orders_do_not_deadlock,
             promise2_multi_lock_lost_when_a_part_is_lost,
             promise4_cancelled_multi_lock_leaves_nothing,
+            promise1_election_has_one_leader_at_a_time,
+            promise2_leadership_lost_when_its_lock_is_lost,
+            crashed_leader_is_replaced,
+            promise4_cancelled_campaign_leaves_nothing,
+            election_refuses_bad_input,
         );
     };
     (@cases $backend:ident, $target:expr; $($case:ident),* $(,)?) => {
