@@ -226,6 +226,7 @@ macro_rules! conformance_suite {
             promise2_leadership_lost_when_its_lock_is_lost,
             crashed_leader_is_replaced,
             promise4_cancelled_campaign_leaves_nothing,
+            promise4_lost_publish_reply_leaves_nothing,
             election_refuses_bad_input,
         );
     };

@@ -273,11 +273,12 @@ impl Election {
     /// ```
     pub fn observe(&self) -> impl Stream<Item = Result<Option<Leader>>> + Send + 'static {
         let election = self.clone();
-        // State: the term last yielded (`None` inside: nobody led), `None` before the first.
+        // State: whether a request was made yet, and the term last yielded (`None` inside:
+        // nobody led; `None` outside: nothing yielded yet).
         futures_util::stream::unfold(
-            (election, None::<Option<u64>>),
-            |(election, last)| async move {
-                if last.is_some() {
+            (election, false, None::<Option<u64>>),
+            |(election, asked, last)| async move {
+                if asked {
                     tokio::time::sleep(election.observe_every).await;
                 }
                 loop {
@@ -285,10 +286,10 @@ impl Election {
                         Ok(now) => {
                             let term = now.as_ref().map(|leader| leader.term);
                             if last != Some(term) {
-                                return Some((Ok(now), (election, Some(term))));
+                                return Some((Ok(now), (election, true, Some(term))));
                             }
                         }
-                        Err(error) => return Some((Err(error), (election, last))),
+                        Err(error) => return Some((Err(error), (election, true, last))),
                     }
                     tokio::time::sleep(election.observe_every).await;
                 }

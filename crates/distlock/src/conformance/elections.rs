@@ -8,8 +8,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::primitives::{PROMPTLY, drop_after_polls};
-use super::{SHORT_LEASE, Target, client, short_lease_client, unique};
-use crate::{AcquireOptions, Leader, Leadership, LossReason, MAX_PUBLISHED_VALUE};
+use super::{SHORT_LEASE, Target, client, faulty_client, short_lease_client, unique};
+use crate::fault::{Fault, Method};
+use crate::{AcquireOptions, ConnectOptions, Leader, Leadership, LossReason, MAX_PUBLISHED_VALUE};
 
 /// How long a whole case may take before it counts as hung.
 const CASE_LIMIT: Duration = Duration::from_secs(120);
@@ -298,6 +299,54 @@ pub async fn promise4_cancelled_campaign_leaves_nothing(target: &Target) {
             dropped_while_pending >= 4,
             "only {dropped_while_pending} campaigns were dropped while pending"
         );
+    })
+    .await;
+}
+
+/// Promise 4: a publish whose reply is lost (it took effect) fails its campaign and leaves
+/// nothing: the record is withdrawn and the mutex released in the background, so another
+/// client is elected promptly and finds its own record. A resign whose withdrawal fails
+/// still releases the mutex, and the record left behind is not reported as a leader.
+pub async fn promise4_lost_publish_reply_leaves_nothing(target: &Target) {
+    bounded("promise4_lost_publish_reply_leaves_nothing", async {
+        let name = unique("election_lost_publish");
+        let (locks, faulty) = faulty_client(target, ConnectOptions::new()).await;
+        let election = locks.election(name.as_str()).unwrap();
+        let other = client(target).await.election(name.as_str()).unwrap();
+        faulty.set_times(Method::Publish, Fault::LoseReply(Duration::ZERO), 1);
+        let err = within(PROMPTLY, "campaign", election.campaign("lost-reply"))
+            .await
+            .unwrap_err();
+        assert!(err.is_backend(), "a lost publish reply: {err}");
+        assert_eq!(faulty.faulted(Method::Publish), 1, "the fault did not run");
+        let winner = other
+            .campaign_with("winner", AcquireOptions::new().wait(PROMPTLY))
+            .await
+            .unwrap_or_else(|e| panic!("the failed campaign left its mutex held: {e}"));
+        names(other.leader().await.unwrap(), &winner, "the winner");
+        within(PROMPTLY, "resign", winner.resign()).await.unwrap();
+        assert!(
+            other.leader().await.unwrap().is_none(),
+            "a leader is named after the only one resigned"
+        );
+        faulty.set_times(Method::Withdraw, Fault::Fail(Duration::ZERO), 1);
+        let leadership = within(PROMPTLY, "campaign", election.campaign("no-withdraw"))
+            .await
+            .unwrap();
+        let err = within(PROMPTLY, "resign", leadership.resign())
+            .await
+            .unwrap_err();
+        assert!(err.is_backend(), "a failed withdrawal: {err}");
+        assert!(
+            other.leader().await.unwrap().is_none(),
+            "a resigned leader whose withdrawal failed is still named"
+        );
+        let next = other
+            .campaign_with("next", AcquireOptions::new().wait(PROMPTLY))
+            .await
+            .unwrap_or_else(|e| panic!("the resign left its mutex held: {e}"));
+        names(other.leader().await.unwrap(), &next, "the next leader");
+        next.resign().await.unwrap();
     })
     .await;
 }
