@@ -351,6 +351,72 @@ pub async fn promise4_lost_publish_reply_leaves_nothing(target: &Target) {
     .await;
 }
 
+/// The backend's published records, asked directly: a record of a smaller term is refused
+/// and the stored one returned (terms compared exactly, across digit counts and beyond 2^53);
+/// a withdrawal takes only its own term; a withdrawn record reads as none and still refuses
+/// smaller terms; records of two keys are apart, and apart from a lock of the same name.
+pub async fn published_records_keep_the_largest_term(target: &Target) {
+    use crate::backend::Published;
+    bounded("published_records_keep_the_largest_term", async {
+        let backend = target
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open {}: {e}", target.label()));
+        let key = crate::LockName::new(unique("published")).unwrap();
+        let other = crate::LockName::new(format!("{key}/other")).unwrap();
+        let record = |term: u64, value: &str| Published::new(term, value, "client:1");
+        let publish = |term: u64, value: &'static str| {
+            let (backend, key) = (backend.clone(), key.clone());
+            async move { backend.publish(&key, &record(term, value)).await.unwrap() }
+        };
+        assert_eq!(backend.read_published(&key).await.unwrap(), None);
+        assert_eq!(publish(9, "nine").await, record(9, "nine"));
+        assert_eq!(publish(10, "ten").await, record(10, "ten"), "10 after 9");
+        assert_eq!(publish(9, "late").await, record(10, "ten"), "9 after 10");
+        let big = (1u64 << 53) + 1;
+        assert_eq!(publish(big, "").await, record(big, ""), "an empty value");
+        assert_eq!(
+            publish(big - 1, "x").await,
+            record(big, ""),
+            "2^53 after 2^53 + 1"
+        );
+        assert_eq!(
+            backend.read_published(&key).await.unwrap(),
+            Some(record(big, ""))
+        );
+        assert_eq!(backend.read_published(&other).await.unwrap(), None);
+        assert!(
+            !backend.is_locked(&key).await.unwrap(),
+            "a record is a lock"
+        );
+        assert!(
+            !backend.withdraw(&key, 10).await.unwrap(),
+            "withdrew another term"
+        );
+        assert!(
+            backend.withdraw(&key, big).await.unwrap(),
+            "did not withdraw its term"
+        );
+        assert!(
+            !backend.withdraw(&key, big).await.unwrap(),
+            "withdrew twice"
+        );
+        assert_eq!(backend.read_published(&key).await.unwrap(), None);
+        let refused = publish(big - 1, "stale").await;
+        assert!(
+            refused.is_withdrawn() && refused.term == big,
+            "a smaller term after a withdrawal: {refused:?}"
+        );
+        assert_eq!(backend.read_published(&key).await.unwrap(), None);
+        assert_eq!(publish(big + 1, "next").await, record(big + 1, "next"));
+        assert_eq!(
+            backend.read_published(&key).await.unwrap(),
+            Some(record(big + 1, "next"))
+        );
+    })
+    .await;
+}
+
 /// Bad input is refused with a typed error: a value over [`MAX_PUBLISHED_VALUE`] bytes, a
 /// name too long for its mutex's suffix, a zero observe interval. A value of exactly the
 /// limit, with newlines and non-ASCII text, comes back intact; after a resign nobody leads.
