@@ -142,7 +142,8 @@ impl Election {
     /// - [`Error::LockLost`] when a larger term was published before this one: the
     ///   leadership ended before it could begin (its mutex was lost meanwhile). Nothing is
     ///   held.
-    /// - [`Error::Backend`] when the backend fails; nothing is held.
+    /// - [`Error::Backend`] when the backend fails; nothing is kept (a publish that failed
+    ///   is withdrawn and the mutex released in the background).
     ///
     /// # Cancel safety
     /// Cancel safe: a campaign dropped while it waits leaves nothing, as a dropped mutex
