@@ -146,6 +146,21 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Frees `name` whoever holds it (an operator's tool). True when it was held.
     async fn force_unlock(&self, name: &LockName) -> Result<bool>;
 
+    /// Stores `record` as the published record of `key` (an election's leader) unless the
+    /// record stored there has a larger term; returns the record stored afterwards, so that the
+    /// caller learns whether a newer term won. Atomic per key. A withdrawn record
+    /// ([`Published::is_withdrawn`]) keeps its term, so a record of an older term stays refused
+    /// after the newer one resigned. Published records live in a namespace of their own, apart
+    /// from every lock's keys.
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published>;
+
+    /// The record published under `key`; `None` when none was, or when it was withdrawn.
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>>;
+
+    /// Withdraws the record of `key` if its term is `term`: it reads as `None` from then on,
+    /// and its term still refuses older ones. True when that record was there.
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool>;
+
     /// What the backend can tell about `name`, changing nothing (an operator's tool: `distlock
     /// status`). The default knows only whether it is held ([`Backend::is_locked`]).
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
@@ -205,6 +220,73 @@ impl LockInfo {
             locked,
             ..LockInfo::default()
         }
+    }
+}
+
+/// The most bytes a [`Published`] value may have.
+pub const MAX_PUBLISHED_VALUE: usize = 4096;
+
+/// A record published under a key ([`Backend::publish`]): who leads an election, with which
+/// term, and the value the leader published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Published {
+    /// The leadership's term: the fencing token of the grant of the election's lock.
+    pub term: u64,
+    /// What the leader published (at most [`MAX_PUBLISHED_VALUE`] bytes).
+    pub value: String,
+    /// The owner holding the election's lock, as backends store it; empty when withdrawn.
+    pub holder: String,
+}
+
+impl Published {
+    /// A record of `term`, published by `holder`.
+    pub fn new(term: u64, value: impl Into<String>, holder: impl Into<String>) -> Self {
+        Published {
+            term,
+            value: value.into(),
+            holder: holder.into(),
+        }
+    }
+
+    /// What a withdrawn record of `term` is stored as: its term, no value, no holder.
+    pub fn withdrawn(term: u64) -> Self {
+        Published::new(term, "", "")
+    }
+
+    /// True for a withdrawn record (it has no holder).
+    pub fn is_withdrawn(&self) -> bool {
+        self.holder.is_empty()
+    }
+
+    /// The record as bytes, for stores that keep one blob per key (ZooKeeper, etcd):
+    /// `<term>\n<holder>\n<value>`. Holders have no newline; the value is the rest.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        format!("{}\n{}\n{}", self.term, self.holder, self.value).into_bytes()
+    }
+
+    /// The record [`Published::encode`] wrote; `None` for anything else.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut parts = text.splitn(3, '\n');
+        let term = parts.next()?.parse().ok()?;
+        let holder = parts.next()?;
+        let value = parts.next()?;
+        Some(Published::new(term, value, holder))
+    }
+
+    /// The record that stands after `self` met the stored one: the stored one when its term is
+    /// larger, else `self`.
+    pub(crate) fn winner(self, stored: Option<Published>) -> Published {
+        match stored {
+            Some(stored) if stored.term > self.term => stored,
+            _ => self,
+        }
+    }
+
+    /// `Some` unless withdrawn.
+    pub(crate) fn live(self) -> Option<Published> {
+        (!self.is_withdrawn()).then_some(self)
     }
 }
 

@@ -89,6 +89,16 @@ impl Locks {
         crate::MultiLock::new(self.inner.clone(), names)
     }
 
+    /// A handle on the leader election `name`; its leader holds the mutex `<name>#leader`.
+    /// Cheap: nothing is sent to the backend.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad name, or one too long for
+    /// its `#leader` suffix.
+    pub fn election(&self, name: impl Into<String>) -> Result<crate::Election> {
+        crate::Election::new(self.inner.clone(), name.into())
+    }
+
     /// A new owner identity for reentrant locking: the handles it makes acquire as this
     /// holder, so acquiring a lock the holder already holds re-enters it.
     pub fn holder(&self) -> Holder {

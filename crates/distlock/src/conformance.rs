@@ -31,6 +31,7 @@ use crate::{AcquireOptions, ConnectOptions, Locks, MAX_NAME_BYTES};
 
 mod basics;
 mod cancel;
+mod elections;
 mod leases;
 mod nested;
 mod primitive_faults;
@@ -43,6 +44,7 @@ mod stalls;
 mod wire;
 pub use basics::*;
 pub use cancel::*;
+pub use elections::*;
 pub use leases::*;
 pub use nested::*;
 pub use primitive_faults::*;
@@ -226,6 +228,13 @@ macro_rules! conformance_suite {
             promise4_semaphore_lost_reply_leaves_no_permit,
             promise4_multi_lock_lost_lease_reply_leaves_no_part,
             promise4_failed_write_leaves_nothing,
+            promise1_election_has_one_leader_at_a_time,
+            promise2_leadership_lost_when_its_lock_is_lost,
+            crashed_leader_is_replaced,
+            promise4_cancelled_campaign_leaves_nothing,
+            promise4_lost_publish_reply_leaves_nothing,
+            published_records_keep_the_largest_term,
+            election_refuses_bad_input,
         );
     };
     (@cases $backend:ident, $target:expr; $($case:ident),* $(,)?) => {

@@ -43,6 +43,7 @@
 
 mod held;
 mod lease;
+mod published;
 mod requests;
 mod state;
 pub(crate) mod url;
@@ -59,7 +60,8 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, SessionState, SessionStatus,
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, SessionState,
+    SessionStatus,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -422,6 +424,18 @@ impl Backend for EtcdBackend {
 
     async fn force_unlock(&self, name: &LockName) -> Result<bool> {
         self.shared.force_unlock(name).await
+    }
+
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        self.shared.publish_record(key, record).await
+    }
+
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        self.shared.read_record(key).await
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        self.shared.withdraw_record(key, term).await
     }
 
     fn queues_on_subscribe(&self) -> bool {

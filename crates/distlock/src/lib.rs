@@ -98,6 +98,7 @@ pub mod backend;
 mod client;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod election;
 mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
@@ -141,8 +142,9 @@ pub mod zookeeper;
 
 use std::sync::Arc;
 
-pub use crate::backend::{SessionState, SessionStatus};
+pub use crate::backend::{MAX_PUBLISHED_VALUE, SessionState, SessionStatus};
 pub use crate::client::Locks;
+pub use crate::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership};
 pub use crate::error::{BoxError, Error, LossReason, Result};
 pub use crate::multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};
 pub use crate::mutex::{Guard, Holder, Mutex};

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquired, Backend, Extended, LockInfo, Owner, ReleaseWaiter, Released, Woken,
+    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released, Woken,
 };
 use crate::error::Result;
 use crate::name::LockName;
@@ -42,6 +42,8 @@ struct State {
     /// Waiters per name in arrival order (waiter id, owner); a free lock goes to the first.
     queues: HashMap<LockName, VecDeque<(u64, Owner)>>,
     next_waiter: u64,
+    /// Published records per key, withdrawn ones kept for their term.
+    published: HashMap<LockName, Published>,
 }
 
 /// How soon a waiter turned away from a free lock reserved for an earlier waiter tries again,
@@ -298,6 +300,34 @@ impl Backend for MemoryBackend {
             state.signal_release(name);
         }
         Ok(was_held)
+    }
+
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        let mut state = self.state();
+        let stored = state.published.get(key).cloned();
+        let after = record.clone().winner(stored);
+        state.published.insert(key.clone(), after.clone());
+        Ok(after)
+    }
+
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        Ok(self
+            .state()
+            .published
+            .get(key)
+            .cloned()
+            .and_then(Published::live))
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        let mut state = self.state();
+        match state.published.get_mut(key) {
+            Some(stored) if stored.term == term && !stored.is_withdrawn() => {
+                *stored = Published::withdrawn(term);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 }
 

@@ -53,10 +53,13 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use tokio::sync::watch;
 
 mod named;
+mod published;
 
 pub use self::named::{MAX_SERVER_NAME, MySqlNamed, MySqlNamedBackend, server_lock_name};
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
+use crate::backend::{
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Woken,
+};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 use crate::wake::ReleaseSignals;
@@ -81,6 +84,7 @@ const SCHEMA: &[&str] = &[
         name       VARBINARY(1024) NOT NULL PRIMARY KEY,
         last_token BIGINT          NOT NULL
     ) ENGINE = InnoDB",
+    published::TABLE,
 ];
 
 /// The server's clock in microseconds since the epoch (the session's time zone is UTC).
@@ -464,6 +468,18 @@ impl Backend for MySqlTableBackend {
             .map_err(db_error("force-unlock"))?;
         self.hub.signal(name.as_str());
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        published::publish(&self.pool, key, record).await
+    }
+
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        published::read(&self.pool, key).await
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        published::withdraw(&self.pool, key, term).await
     }
 }
 

@@ -54,13 +54,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 mod advisory;
+mod published;
 
 pub use self::advisory::{PgAdvisory, PgAdvisoryBackend, advisory_key};
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::{oneshot, watch};
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, Woken};
+use crate::backend::{
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Woken,
+};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 use crate::wake::ReleaseSignals;
@@ -85,6 +88,7 @@ const SCHEMA: &[&str] = &[
         name       text   PRIMARY KEY,
         last_token bigint NOT NULL
     )",
+    published::TABLE,
 ];
 
 /// Bumps the fencing counter only when the statement's snapshot does not show another
@@ -512,6 +516,18 @@ impl Backend for PostgresBackend {
             .await
             .map_err(db_error("force-unlock"))?;
         Ok(deleted.is_some_and(|(live,)| live))
+    }
+
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        published::publish(&self.pool, key, record).await
+    }
+
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        published::read(&self.pool, key).await
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        published::withdraw(&self.pool, key, term).await
     }
 }
 

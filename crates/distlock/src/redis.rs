@@ -44,7 +44,7 @@ use self::deployment::Commands;
 use self::hub::ReleaseHub;
 
 use crate::backend::{
-    Acquired, Backend, Extended, LockInfo, Owner, ReleaseWaiter, Released, Woken,
+    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released, Woken,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -52,6 +52,7 @@ use crate::name::LockName;
 mod connect;
 pub(crate) mod deployment;
 mod hub;
+mod published;
 pub mod redlock;
 mod scripts;
 mod waiter;
@@ -370,6 +371,18 @@ impl Backend for RedisBackend {
             .await
             .map_err(backend_error("force unlock"))?;
         Ok(freed == 1)
+    }
+
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        self.publish_record(key, record).await
+    }
+
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        Ok(self.stored_record(key).await?.and_then(Published::live))
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        self.withdraw_record(key, term).await
     }
 }
 

@@ -32,7 +32,8 @@ use tokio::sync::{Mutex as AsyncMutex, Notify, Semaphore, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, SessionState, SessionStatus, Woken,
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, SessionState,
+    SessionStatus, Woken,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -119,6 +120,12 @@ pub trait Dialect: Send + Sync + 'static {
     async fn cancel(&self, session: u64);
     /// One round trip.
     async fn ping(&self) -> Result<()>;
+    /// [`Backend::publish`], on the operator's pool: published records live in a table.
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published>;
+    /// [`Backend::read_published`], on the operator's pool.
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>>;
+    /// [`Backend::withdraw`], on the operator's pool.
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool>;
 }
 
 /// One of the client's lock connections.
@@ -503,6 +510,18 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             .get(name)
             .filter(|held| &held.owner == owner)
             .map_or(0, |held| held.holds))
+    }
+
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        self.shared.dialect.publish(key, record).await
+    }
+
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        self.shared.dialect.read_published(key).await
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        self.shared.dialect.withdraw(key, term).await
     }
 
     fn session(&self) -> Option<watch::Receiver<SessionStatus>> {

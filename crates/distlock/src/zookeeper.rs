@@ -51,6 +51,7 @@
 //! [`Locks::session`]: crate::Locks::session
 
 mod background;
+mod published;
 mod shared;
 pub(crate) mod url;
 mod waiter;
@@ -67,7 +68,8 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::backend::{
-    Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, SessionState, SessionStatus, Woken,
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, SessionState,
+    SessionStatus, Woken,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -572,6 +574,18 @@ impl Backend for ZooKeeperBackend {
             }
         }
         Ok(false)
+    }
+
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        self.shared.publish_record(key, record).await
+    }
+
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        self.shared.read_record(key).await
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        self.shared.withdraw_record(key, term).await
     }
 
     fn queues_on_subscribe(&self) -> bool {

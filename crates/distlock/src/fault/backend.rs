@@ -30,7 +30,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::backend::{Acquired, Backend, Extended, Owner, ReleaseWaiter, Released, SessionStatus};
+use crate::backend::{
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, SessionStatus,
+};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
@@ -58,11 +60,17 @@ pub enum Method {
     ForceUnlock,
     /// [`Backend::still_held`] (the check after a lost session).
     StillHeld,
+    /// [`Backend::publish`] (an election's leader record).
+    Publish,
+    /// [`Backend::read_published`].
+    ReadPublished,
+    /// [`Backend::withdraw`].
+    Withdraw,
 }
 
 impl Method {
     /// Every method, in declaration order.
-    pub const ALL: [Method; 10] = [
+    pub const ALL: [Method; 13] = [
         Method::Ping,
         Method::TryAcquire,
         Method::Subscribe,
@@ -73,6 +81,9 @@ impl Method {
         Method::Holds,
         Method::ForceUnlock,
         Method::StillHeld,
+        Method::Publish,
+        Method::ReadPublished,
+        Method::Withdraw,
     ];
 
     fn index(self) -> usize {
@@ -315,5 +326,20 @@ impl Backend for FaultyBackend {
 
     fn session(&self) -> Option<watch::Receiver<SessionStatus>> {
         self.inner.session()
+    }
+
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        self.call(Method::Publish, self.inner.publish(key, record))
+            .await
+    }
+
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        self.call(Method::ReadPublished, self.inner.read_published(key))
+            .await
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        self.call(Method::Withdraw, self.inner.withdraw(key, term))
+            .await
     }
 }

@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use sqlx::Connection;
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlPool};
 
+use crate::backend::Published;
 use crate::error::Result;
 use crate::name::LockName;
 use crate::session::{Dialect, SessionBackend};
@@ -221,6 +222,17 @@ impl Dialect for MySqlNamed {
             .await
             .map(drop)
             .map_err(db_error("ping"))
+    }
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        super::published::publish(&self.pool, key, record).await
+    }
+
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        super::published::read(&self.pool, key).await
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        super::published::withdraw(&self.pool, key, term).await
     }
 }
 

@@ -35,7 +35,9 @@ use self::url::RedlockUrl;
 use super::scripts::RedlockScripts;
 use super::waiter::RedisWaiter;
 use super::{Keys, RedisBackend, millis};
-use crate::backend::{Acquired, Backend, Extended, LockInfo, Owner, ReleaseWaiter, Released};
+use crate::backend::{
+    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released,
+};
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
@@ -379,4 +381,37 @@ impl Backend for RedlockBackend {
             .require(self.quorum, "force unlock")?;
         Ok(answers.contains(&true))
     }
+
+    /// Written to every master; stands when a majority answered. The answer is the record of
+    /// the largest term among theirs.
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        let answers = self
+            .ask_all(|m| async move { m.redis()?.publish_record(key, record).await })
+            .await
+            .require(self.quorum, "publish")?;
+        Ok(newest(answers.into_iter().map(Some)).unwrap_or_else(|| record.clone()))
+    }
+
+    /// The record of the largest term among a majority's answers (withdrawn: `None`). A
+    /// record written to a majority is in every majority's answers.
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        let answers = self
+            .ask_all(|m| async move { m.redis()?.stored_record(key).await })
+            .await
+            .require(self.quorum, "read the published record")?;
+        Ok(newest(answers.into_iter()).and_then(Published::live))
+    }
+
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        let answers = self
+            .ask_all(|m| async move { m.redis()?.withdraw_record(key, term).await })
+            .await
+            .require(self.quorum, "withdraw")?;
+        Ok(answers.contains(&true))
+    }
+}
+
+/// The record of the largest term among `records`.
+fn newest(records: impl Iterator<Item = Option<Published>>) -> Option<Published> {
+    records.flatten().max_by_key(|record| record.term)
 }

@@ -70,6 +70,12 @@ pub(super) const RENEW_ON_NODE: &str = include_str!("lua/renew_on_node.lua");
 /// was held; the freed lock is passed on as by a release.
 const FORCE_UNLOCK: &str = include_str!("lua/force_unlock.lua");
 
+/// KEYS: the published record. ARGV: term, value, holder. Returns the record stored after it.
+const PUBLISH: &str = include_str!("lua/publish.lua");
+
+/// KEYS: the published record. ARGV: term. Returns 1 when it withdrew the record of that term.
+const WITHDRAW: &str = include_str!("lua/withdraw.lua");
+
 /// The scripts of one backend, with `publish` turned into `spublish` on a Cluster (which
 /// announces releases on the lock's shard only).
 pub(super) struct Scripts {
@@ -81,6 +87,8 @@ pub(super) struct Scripts {
     pub(super) force_unlock: Script,
     pub(super) enqueue: Script,
     pub(super) leave: Script,
+    pub(super) publish_record: Script,
+    pub(super) withdraw_record: Script,
 }
 
 impl Scripts {
@@ -97,6 +105,8 @@ impl Scripts {
             force_unlock: script(format!("{GRANTING}{LIVE_HEAD}{FORCE_UNLOCK}")),
             enqueue: script(ENQUEUE.to_owned()),
             leave: script(format!("{GRANTING}{LIVE_HEAD}{LEAVE}")),
+            publish_record: Script::new(PUBLISH),
+            withdraw_record: Script::new(WITHDRAW),
         }
     }
 }

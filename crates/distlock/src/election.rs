@@ -1,0 +1,423 @@
+//! Leader election on any backend: a mutex that the leader holds, and a record the leader
+//! publishes, ordered by the mutex's fencing tokens.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::Stream;
+use tokio::time::Instant;
+
+use crate::backend::{Backend, MAX_PUBLISHED_VALUE, Published};
+use crate::error::{Error, LossReason, Result};
+use crate::finish::FinishOnDrop;
+use crate::keeper::ClientInner;
+use crate::mutex::{Guard, Mutex};
+use crate::name::LockName;
+use crate::options::{AcquireOptions, MAX_DURATION};
+
+/// How often [`Election::observe`] asks who leads, unless [`Election::observe_every`] says
+/// otherwise.
+pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(100);
+
+/// A leader election, made by [`Locks::election`](crate::Locks::election).
+///
+/// # How it works
+/// The leader is the holder of the mutex `<name>#leader`: a campaign acquires it as a fresh
+/// owner (with all a mutex has: waiting, lease and renewal, [`Leadership::lost`]), then
+/// publishes a record under the election's name: the grant's fencing token as the **term**,
+/// the leader's value and its owner. The backend keeps the record of the largest term it was
+/// given (a record of an older term is refused, also after the newer one was withdrawn), so
+/// terms order leaderships as tokens order grants: a leader that learns of a larger term knows
+/// its leadership is over, and a resource that checks terms refuses a former leader's writes.
+///
+/// Followers ask [`Election::leader`]: the published record while the mutex is held, `None`
+/// while nobody holds it. Right after a change it may still name the previous leader, for
+/// about one round trip (the new leader holds the mutex before its record is published);
+/// the term tells which leader is newer.
+///
+/// A crashed leader's mutex frees itself as that backend's mutex does (its lease ends, or its
+/// session or connection does); a waiting campaign is then elected with a larger term.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> distlock::Result<()> {
+/// let locks = distlock::connect("memory://").await?;
+/// let election = locks.election("scheduler")?;
+/// let leadership = election.campaign("node-a:8080").await?;
+/// let leader = election.leader().await?.expect("someone leads");
+/// assert_eq!(leader.value, "node-a:8080");
+/// assert_eq!(leader.term, leadership.term());    // the term is the fencing token
+/// leadership.resign().await?;
+/// assert!(election.leader().await?.is_none());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    client: Arc<ClientInner>,
+    name: Arc<str>,
+    /// The key the leader's record is published under: the election's name.
+    key: LockName,
+    /// The mutex the leader holds: `<name>#leader`.
+    lock: LockName,
+    observe_every: Duration,
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &self.name)
+            .field("observe_every", &self.observe_every)
+            .finish()
+    }
+}
+
+/// Who leads an election, as its record says ([`Election::leader`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The leadership's term: the fencing token of its grant of the election's mutex.
+    pub term: u64,
+    /// What the leader published with its campaign.
+    pub value: String,
+    /// The owner holding the election's mutex, as backends store it.
+    pub holder: String,
+}
+
+impl Election {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Result<Self> {
+        let key = LockName::new(name.as_str())?;
+        let lock = LockName::new(format!("{name}#leader")).map_err(|_| {
+            Error::invalid(
+                "election name",
+                format!(
+                    "the name is {} bytes long; with its lock's suffix (\"#leader\") it must fit \
+                     in {} bytes",
+                    name.len(),
+                    crate::MAX_NAME_BYTES
+                ),
+            )
+        })?;
+        Ok(Election {
+            client,
+            name: name.into(),
+            key,
+            lock,
+            observe_every: DEFAULT_OBSERVE_EVERY,
+        })
+    }
+
+    /// The election's name: the key its leader's record is published under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The mutex the leader holds, `<name>#leader` (an operator can inspect or force-unlock
+    /// it).
+    pub fn lock_name(&self) -> &str {
+        self.lock.as_str()
+    }
+
+    /// The same election, observed every `every` ([`Election::observe`]); 100 ms by default.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for zero or more than a day.
+    pub fn observe_every(mut self, every: Duration) -> Result<Self> {
+        if every.is_zero() || every > MAX_DURATION {
+            return Err(Error::invalid(
+                "observe interval",
+                format!("{every:?} asked; give more than zero and at most {MAX_DURATION:?}"),
+            ));
+        }
+        self.observe_every = every;
+        Ok(self)
+    }
+
+    /// Waits, without a limit, to lead; publishes `value` (at most
+    /// [`MAX_PUBLISHED_VALUE`] bytes) as the leader's. Held with the client's renewed lease.
+    ///
+    /// # Notable errors
+    /// - [`Error::InvalidInput`] for a value over [`MAX_PUBLISHED_VALUE`] bytes.
+    /// - [`Error::LockLost`] when a larger term was published before this one: the
+    ///   leadership ended before it could begin (its mutex was lost meanwhile). Nothing is
+    ///   held.
+    /// - [`Error::Backend`] when the backend fails; nothing is kept (a publish that failed
+    ///   is withdrawn and the mutex released in the background).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a campaign dropped while it waits leaves nothing, as a dropped mutex
+    /// acquisition does; one dropped while it publishes finishes the publish in the background,
+    /// then withdraws the record and releases the mutex.
+    pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
+        self.campaign_with(value, AcquireOptions::new()).await
+    }
+
+    /// As [`Election::campaign`], with a wait limit and/or a fixed lease for the leadership
+    /// (a leadership on a fixed lease ends when it runs out; [`Leadership::lost`] fires then).
+    ///
+    /// # Notable errors
+    /// As [`Election::campaign`], and [`Error::Timeout`] when the wait runs out, and
+    /// [`Error::InvalidInput`] for a bad lease or wait.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Election::campaign`].
+    pub async fn campaign_with(
+        &self,
+        value: impl Into<String>,
+        options: AcquireOptions,
+    ) -> Result<Leadership> {
+        let value = value.into();
+        if value.len() > MAX_PUBLISHED_VALUE {
+            return Err(Error::invalid(
+                "published value",
+                format!(
+                    "the value is {} bytes long; an election publishes at most \
+                     {MAX_PUBLISHED_VALUE} bytes (publish where to find more, not the data)",
+                    value.len()
+                ),
+            ));
+        }
+        let start = Instant::now();
+        let mutex = Mutex::new(self.client.clone(), self.lock.clone(), None);
+        let Some(guard) = mutex.acquire_inner(options).await? else {
+            return Err(Error::Timeout {
+                name: self.name.to_string(),
+                waited: start.elapsed(),
+            });
+        };
+        let term = guard.fencing_token();
+        let record = Published::new(term, value, guard.owner().as_str());
+        let backend = self.client.backend.clone();
+        let publish = {
+            let (backend, key, record) = (backend.clone(), self.key.clone(), record.clone());
+            async move {
+                let stored = backend.publish(&key, &record).await;
+                (guard, stored)
+            }
+        };
+        let key = self.key.clone();
+        // Dropped while publishing: the publish finishes, then nothing of it stays.
+        let (guard, stored) = FinishOnDrop::new(publish, move |(guard, _)| async move {
+            withdraw_and_release(backend, key, term, guard).await;
+        })
+        .await;
+        let leadership = Leadership {
+            guard: Some(guard),
+            backend: self.client.backend.clone(),
+            key: self.key.clone(),
+            value: record.value,
+        };
+        match stored {
+            Ok(stored) if stored.term > term => {
+                tracing::debug!(election = %self.name, term, newer = stored.term, "a newer term was published first");
+                drop(leadership);
+                Err(Error::LockLost {
+                    name: self.lock.to_string(),
+                    reason: LossReason::HeldByOther,
+                })
+            }
+            Ok(_) => {
+                tracing::debug!(election = %self.name, term, "elected");
+                Ok(leadership)
+            }
+            // Dropping the leadership withdraws whatever the publish may have stored.
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Who leads now: the published record while the election's mutex is held, `None` while
+    /// nobody holds it. Right after a change it may name the previous leader for about a
+    /// round trip; the term tells which is newer.
+    ///
+    /// # Notable errors
+    /// [`Error::Backend`] when the backend fails.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn leader(&self) -> Result<Option<Leader>> {
+        let backend = &self.client.backend;
+        let Some(record) = backend.read_published(&self.key).await? else {
+            return Ok(None);
+        };
+        if !backend.is_locked(&self.lock).await? {
+            return Ok(None);
+        }
+        Ok(Some(Leader {
+            term: record.term,
+            value: record.value,
+            holder: record.holder,
+        }))
+    }
+
+    /// A stream of who leads: the current leader first, then each change of term (or to and
+    /// from `None`), found by asking [`Election::leader`] every
+    /// [`observe_every`](Election::observe_every) (100 ms by default), so a change shows
+    /// within that interval plus a round trip, and a leadership shorter than the interval may
+    /// not show at all. An error is yielded as it comes and the stream goes on asking. It
+    /// holds one answer at a time and stops asking when dropped.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock::Result<()> {
+    /// use futures_util::StreamExt;
+    /// let locks = distlock::connect("memory://").await?;
+    /// let election = locks.election("scheduler")?;
+    /// let mut changes = Box::pin(election.observe());
+    /// assert_eq!(changes.next().await.transpose()?, Some(None)); // nobody leads yet
+    /// let leadership = election.campaign("node-a").await?;
+    /// let now = changes.next().await.transpose()?.flatten().expect("a leader");
+    /// assert_eq!(now.term, leadership.term());
+    /// # leadership.resign().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn observe(&self) -> impl Stream<Item = Result<Option<Leader>>> + Send + 'static {
+        let election = self.clone();
+        // State: whether a request was made yet, and the term last yielded (`None` inside:
+        // nobody led; `None` outside: nothing yielded yet).
+        futures_util::stream::unfold(
+            (election, false, None::<Option<u64>>),
+            |(election, asked, last)| async move {
+                if asked {
+                    tokio::time::sleep(election.observe_every).await;
+                }
+                loop {
+                    match election.leader().await {
+                        Ok(now) => {
+                            let term = now.as_ref().map(|leader| leader.term);
+                            if last != Some(term) {
+                                return Some((Ok(now), (election, true, Some(term))));
+                            }
+                        }
+                        Err(error) => return Some((Err(error), (election, true, last))),
+                    }
+                    tokio::time::sleep(election.observe_every).await;
+                }
+            },
+        )
+    }
+}
+
+/// Withdraws the record of `term` and releases `guard`, both to their end.
+async fn withdraw_and_release(backend: Arc<dyn Backend>, key: LockName, term: u64, guard: Guard) {
+    if let Err(error) = backend.withdraw(&key, term).await {
+        tracing::warn!(election = %key, term, %error, "withdrawing a leader's record failed; a newer term replaces it");
+    }
+    if let Err(error) = guard.release().await {
+        tracing::debug!(election = %key, term, %error, "the leadership's release failed");
+    }
+}
+
+/// Leading an election: the guard of its mutex and the term it published. Resign with
+/// [`Leadership::resign`]; dropping it resigns in the background.
+#[must_use = "the leadership ends as soon as it is dropped"]
+pub struct Leadership {
+    /// `None` once resigned or dropped.
+    guard: Option<Guard>,
+    backend: Arc<dyn Backend>,
+    key: LockName,
+    value: String,
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("election", &self.key)
+            .field("guard", &self.guard)
+            .field("value", &self.value)
+            .finish()
+    }
+}
+
+impl Leadership {
+    fn guard_ref(&self) -> &Guard {
+        // `guard` is only taken by `resign(self)` and `Drop`, after which no method can be
+        // called.
+        self.guard
+            .as_ref()
+            .expect("the leadership's guard is present until resign or drop")
+    }
+
+    /// The term: the fencing token of this leadership's grant of the election's mutex,
+    /// larger than every earlier leadership's. Send it with every write a leader makes.
+    pub fn term(&self) -> u64 {
+        self.guard_ref().fencing_token()
+    }
+
+    /// The value this leader published.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    /// The guard of the election's mutex (its lease, [`Guard::is_held`], ...).
+    pub fn guard(&self) -> &Guard {
+        self.guard_ref()
+    }
+
+    /// Resolves when the leadership is known to be lost: its mutex's renewal was refused, its
+    /// lease ran out, or its session ended (see [`Guard::lost`]). Returns the
+    /// [`Error::LockLost`] to report.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> Error {
+        self.guard_ref().lost().await
+    }
+
+    /// Why the leadership was lost, once the client knows it is. Cheap: asks no server.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        self.guard_ref().loss_reason()
+    }
+
+    /// Steps down: withdraws the published record (if it is still this term's), then releases
+    /// the election's mutex, so that a waiting campaign is elected at once.
+    ///
+    /// # Notable errors
+    /// - [`Error::LockLost`] when the leadership had already been lost (the record is
+    ///   withdrawn all the same if it is still this term's).
+    /// - [`Error::NotOwner`] when the leadership was lost and another leads now; only the
+    ///   withdrawal of this term's record (if still there) was done.
+    /// - [`Error::Backend`] when a request failed; the mutex then frees when its lease ends.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if this future is dropped, the withdrawal and the release complete in the
+    /// background.
+    pub async fn resign(mut self) -> Result<()> {
+        let Some(guard) = self.guard.take() else {
+            return Ok(());
+        };
+        let term = guard.fencing_token();
+        let (backend, key) = (self.backend.clone(), self.key.clone());
+        let resign = async move {
+            let withdrawn = backend.withdraw(&key, term).await;
+            let released = guard.release().await;
+            released.and(withdrawn.map(drop))
+        };
+        let key = self.key.clone();
+        FinishOnDrop::new(resign, move |result: Result<()>| async move {
+            if let Err(error) = result {
+                tracing::warn!(election = %key, %error, "resigning in the background failed");
+            }
+        })
+        .await
+    }
+}
+
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        let Some(guard) = self.guard.take() else {
+            return;
+        };
+        let term = guard.fencing_token();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let (backend, key) = (self.backend.clone(), self.key.clone());
+                drop(runtime.spawn(withdraw_and_release(backend, key, term, guard)));
+            }
+            // The guard's own drop says what happens without a runtime; the record stays,
+            // and the next term replaces it.
+            Err(_) => drop(guard),
+        }
+    }
+}
