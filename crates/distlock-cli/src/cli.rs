@@ -248,6 +248,15 @@ pub struct BenchArgs {
     /// The semaphore's permits in the --primitives phase (twice as many tasks contend).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub permits: u32,
+    /// Also measure leader election's failover this many times: a leader process is
+    /// SIGKILLed while this process campaigns, and the time until it leads is taken. 0 skips.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=20))]
+    pub failovers: u32,
+    /// The renewed lease of both campaigners in the failover phase, in milliseconds (a
+    /// lease-based backend frees a dead leader's lock at its end; ZooKeeper and etcd at the
+    /// end of the session or etcd lease the URL sets).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(300..=60_000))]
+    pub failover_lease_ms: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -371,8 +380,8 @@ pub struct HoldArgs {
     /// Give up holding and exit after this many milliseconds.
     #[arg(long, default_value_t = 600_000)]
     pub max_ms: u64,
-    /// What to hold: the mutex NAME, a permit of the semaphore NAME (--permits), or the
-    /// read or write lock of the reader-writer lock NAME.
+    /// What to hold: the mutex NAME, a permit of the semaphore NAME (--permits), the read or
+    /// write lock of the reader-writer lock NAME, or the leadership of the election NAME.
     #[arg(long, value_enum, default_value = "mutex")]
     pub kind: HoldKind,
     /// The semaphore's permits (--kind permit).
@@ -387,6 +396,7 @@ pub enum HoldKind {
     Permit,
     Read,
     Write,
+    Leader,
 }
 
 pub async fn run(cli: Cli) -> CliResult {

@@ -68,8 +68,8 @@ pub async fn force_unlock(args: LockArgs) -> CliResult {
     Ok(())
 }
 
-/// Acquires (waiting at most `--max-ms`) the mutex, a semaphore permit, or a read or write
-/// lock, prints `{"fencing_token":N}` on one line, and holds until killed, until the lock is
+/// Acquires (waiting at most `--max-ms`) the mutex, a semaphore permit, a read or write lock,
+/// or an election's leadership, prints `{"fencing_token":N}` on one line, and holds until killed, until the lock is
 /// lost (exit 1), or until `--max-ms` (exit 0).
 pub async fn hold(args: HoldArgs) -> CliResult {
     let options = ConnectOptions::new().lease(Duration::from_millis(args.lease_ms));
@@ -85,6 +85,12 @@ pub async fn hold(args: HoldArgs) -> CliResult {
         ),
         HoldKind::Read => Held::Read(locks.rwlock(args.name)?.read_with(wait).await?),
         HoldKind::Write => Held::Write(locks.rwlock(args.name)?.write_with(wait).await?),
+        HoldKind::Leader => Held::Leader(
+            locks
+                .election(args.name)?
+                .campaign_with(format!("distlock hold (pid {})", std::process::id()), wait)
+                .await?,
+        ),
     };
     println!(
         "{}",
@@ -104,6 +110,7 @@ enum Held {
     Guard(distlock::Guard),
     Read(distlock::ReadGuard),
     Write(distlock::WriteGuard),
+    Leader(distlock::Leadership),
 }
 
 impl Held {
@@ -112,6 +119,7 @@ impl Held {
             Held::Guard(guard) => guard.fencing_token(),
             Held::Read(guard) => guard.fencing_token(),
             Held::Write(guard) => guard.fencing_token(),
+            Held::Leader(leadership) => leadership.term(),
         }
     }
 
@@ -120,6 +128,7 @@ impl Held {
             Held::Guard(guard) => guard.lost().await,
             Held::Read(guard) => guard.lost().await,
             Held::Write(guard) => guard.lost().await,
+            Held::Leader(leadership) => leadership.lost().await,
         }
     }
 
@@ -128,6 +137,7 @@ impl Held {
             Held::Guard(guard) => guard.release().await,
             Held::Read(guard) => guard.release().await,
             Held::Write(guard) => guard.release().await,
+            Held::Leader(leadership) => leadership.resign().await,
         }
     }
 }

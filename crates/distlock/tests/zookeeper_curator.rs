@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use distlock::conformance::servers;
 use distlock::zookeeper::ZooKeeperBackend;
-use distlock::{AcquireOptions, ConnectOptions, Locks};
+use distlock::{AcquireOptions, ConnectOptions, LockName, Locks};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout};
 use zookeeper_client as zkc;
@@ -604,6 +604,78 @@ async fn promise1_curator_and_distlock_queue_on_one_lock_without_overlap() {
 }
 
 /// No promise: the test's own helpers (the connect string of a URL, Curator's node names).
+/// Promise 1 for leadership: Curator's `LeaderSelector` (its leader holds an
+/// `InterProcessMutex` on the selector's path) on the path of a distlock election's mutex, and
+/// distlock's `Election`, exclude each other in both directions: distlock is elected only after
+/// Curator's leader resigned, Curator's selector times out while distlock leads, and a waiting
+/// Curator selector takes leadership when distlock resigns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_curator_leader_selector_and_distlock_election_exclude_each_other() {
+    let setup = Setup::new().await;
+    let election = setup.locks.election("jobs/scheduler").unwrap();
+    let path = format!(
+        "{}/{}",
+        setup.base,
+        LockName::new(election.lock_name()).unwrap().escaped()
+    );
+    let mut curator = Curator::start(&setup.connect).await;
+    assert_eq!(
+        curator.command(&format!("lead {path} 20000"), STEP).await,
+        "leading"
+    );
+    let campaign = {
+        let election = election.clone();
+        tokio::spawn(async move {
+            let leadership = election
+                .campaign_with("distlock", AcquireOptions::new().wait(STEP))
+                .await;
+            (leadership, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !campaign.is_finished(),
+        "distlock was elected while Curator's selector leads"
+    );
+    let resign_sent = Instant::now();
+    assert_eq!(curator.command("resign", STEP).await, "resigned");
+    let (leadership, elected) = timeout(STEP, campaign).await.unwrap().unwrap();
+    let leadership = leadership.expect("distlock was not elected after Curator resigned");
+    assert!(elected >= resign_sent, "elected before Curator resigned");
+    let leader = election.leader().await.unwrap().expect("a leader");
+    assert_eq!(
+        (leader.term, leader.value.as_str()),
+        (leadership.term(), "distlock")
+    );
+
+    assert_eq!(
+        curator.command(&format!("lead {path} 500"), STEP).await,
+        "timeout",
+        "Curator's selector led while distlock leads"
+    );
+    curator.send(&format!("lead {path} 20000"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    if curator.has_reply() {
+        let reply = curator.reply(STEP).await;
+        panic!("Curator answered {reply:?} while distlock leads");
+    }
+    timeout(STEP, leadership.resign()).await.unwrap().unwrap();
+    assert_eq!(curator.reply(STEP).await, "leading");
+    assert_eq!(curator.command("resign", STEP).await, "resigned");
+    curator.exit().await;
+    // The election's lock node and its published record, then the rest.
+    if let Ok(Ok(children)) = timeout(STEP, setup.zk.list_children(&setup.base)).await {
+        for child in children {
+            let _ = timeout(
+                STEP,
+                setup.zk.delete(&format!("{}/{child}", setup.base), None),
+            )
+            .await;
+        }
+    }
+    setup.clean_up().await;
+}
+
 #[test]
 fn connect_strings_are_taken_from_urls() {
     assert_eq!(connect_string("zk://127.0.0.1:2181/"), "127.0.0.1:2181");

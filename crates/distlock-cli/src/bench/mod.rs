@@ -7,9 +7,11 @@
 //!    against 1 / (mean hold + RTT); handoff gaps (release start to the next grant), waits,
 //!    fairness, and a mutual-exclusion check over every acquisition's interval.
 //! 4. Optionally (`--primitives`), the semaphore, reader-writer lock and multi-lock against
-//!    the mutex of the same run.
+//!    the mutex of the same run; `--failovers N`: leader election's failover after the
+//!    leader's process is SIGKILLed.
 
 mod contend;
+mod failover;
 mod plot;
 mod primitives;
 mod renewal;
@@ -148,6 +150,19 @@ pub async fn run(args: BenchArgs) -> CliResult {
         None
     };
 
+    // 4c. Optionally, leader election's failover after a SIGKILL.
+    let failover = if args.failovers > 0 {
+        failover::measure(
+            &args.backend,
+            &run_id,
+            args.failovers,
+            args.failover_lease_ms,
+        )
+        .await?
+    } else {
+        None
+    };
+
     // 5. ZooKeeper: the herd effect, sequential vs naive lock.
     #[cfg(feature = "zookeeper")]
     let herd = if args.herd.is_empty() {
@@ -164,6 +179,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
         contention,
         renewal,
         primitives,
+        failover,
         #[cfg(any(feature = "zookeeper", feature = "etcd"))]
         write_rtt,
         #[cfg(feature = "zookeeper")]

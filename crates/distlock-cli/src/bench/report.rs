@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::failover::{self, Failover};
 use super::primitives::{self, Primitives};
 use super::renewal::Renewal;
 
@@ -89,6 +90,8 @@ pub struct Report {
     pub renewal: Option<Renewal>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub primitives: Option<Primitives>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover: Option<Failover>,
     /// ZooKeeper and etcd only: the round trip of the cheapest write (ZooKeeper: set data;
     /// etcd: a put under the client's lease), the floor of every grant and release.
     #[cfg(any(feature = "zookeeper", feature = "etcd"))]
@@ -105,6 +108,9 @@ pub fn print(r: &Report) {
     print_main(r);
     if let Some(p) = &r.primitives {
         primitives::print(p);
+    }
+    if let Some(f) = &r.failover {
+        failover::print(f);
     }
     #[cfg(any(feature = "zookeeper", feature = "etcd"))]
     if let Some(w) = &r.write_rtt {

@@ -27,7 +27,7 @@ macro_rules! cross_process_suite {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn killed_permit_holder_and_writer_free_within_their_lease() {
+            async fn killed_permit_holder_writer_and_leader_free_within_their_lease() {
                 let (url, _keep) = $url;
                 killed_primitive_holders_free(&url, HOLDER_LEASE + Duration::from_millis(500)).await;
             }
@@ -66,16 +66,16 @@ async fn etcd_killed_holder_frees_its_lock_within_the_lease_ttl() {
     killed_holder_frees_its_lock(&url, Duration::from_millis(3000)).await;
 }
 
-/// A killed permit holder's and writer's locks free when the session expires.
+/// A killed permit holder's, writer's and leader's locks free when the session expires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_killed_permit_holder_and_writer_free_within_the_session_timeout() {
+async fn zookeeper_killed_permit_holder_writer_and_leader_free_within_the_session_timeout() {
     let url = format!("{}?session_timeout=2s", zookeeper_url());
     killed_primitive_holders_free(&url, Duration::from_millis(3000)).await;
 }
 
-/// A killed permit holder's and writer's locks free when their etcd lease runs out.
+/// A killed permit holder's, writer's and leader's locks free when their etcd lease runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etcd_killed_permit_holder_and_writer_free_within_the_lease_ttl() {
+async fn etcd_killed_permit_holder_writer_and_leader_free_within_the_lease_ttl() {
     let url = format!("{}?lease_ttl=2s", etcd_url());
     killed_primitive_holders_free(&url, Duration::from_millis(3000)).await;
 }
@@ -164,9 +164,10 @@ async fn killed_holder_frees_its_lock(url: &str, bound: Duration) {
     guard.release().await.unwrap();
 }
 
-/// Promise 4 across processes: a process holding the only permit of a semaphore, and one
-/// holding the write lock of a reader-writer lock (its gate and 16 slots), are SIGKILLed; each
-/// lock frees within `bound`, and the next grant's token is larger.
+/// Promise 4 across processes: a process holding the only permit of a semaphore, one holding
+/// the write lock of a reader-writer lock (its gate and 16 slots), and an election's leader are
+/// SIGKILLed; each lock frees within `bound` (a successor leads), and the next grant's token
+/// (term) is larger.
 async fn killed_primitive_holders_free(url: &str, bound: Duration) {
     let lease_ms = HOLDER_LEASE.as_millis() as u64;
     let locks = distlock::connect(url).await.unwrap();
@@ -222,4 +223,32 @@ async fn killed_primitive_holders_free(url: &str, bound: Duration) {
         "a read's token not above the killed write's"
     );
     read.release().await.unwrap();
+    let name = format!("killed-leader/{}/{}", std::process::id(), fastrand::u64(..));
+    let (mut leader, term) = spawn_holder_of(url, &name, lease_ms, &["--kind", "leader"]);
+    let election = locks.election(name.as_str()).unwrap();
+    let before = election
+        .leader()
+        .await
+        .unwrap()
+        .expect("the leader process leads");
+    assert_eq!(before.term, term);
+    leader.kill().expect("SIGKILL the leader");
+    let killed_at = Instant::now();
+    leader.wait().unwrap();
+    let leadership = election
+        .campaign_with("successor", AcquireOptions::new().wait(bound * 3))
+        .await
+        .expect("the killed leader was never replaced");
+    let replaced_after = killed_at.elapsed();
+    assert!(replaced_after <= bound, "replaced after {replaced_after:?}");
+    assert!(
+        leadership.term() > term,
+        "the new term is not above the killed leader's"
+    );
+    let now = election.leader().await.unwrap().expect("a leader");
+    assert_eq!(
+        (now.term, now.value.as_str()),
+        (leadership.term(), "successor")
+    );
+    leadership.resign().await.unwrap();
 }
