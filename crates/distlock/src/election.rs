@@ -31,10 +31,10 @@ pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(100);
 /// terms order leaderships as tokens order grants: a leader that learns of a larger term knows
 /// its leadership is over, and a resource that checks terms refuses a former leader's writes.
 ///
-/// Followers ask [`Election::leader`]: the published record while the mutex is held, `None`
-/// while nobody holds it. Right after a change it may still name the previous leader, for
-/// about one round trip (the new leader holds the mutex before its record is published);
-/// the term tells which leader is newer.
+/// Followers ask [`Election::leader`]: the published record while the mutex is held by its
+/// leader, `None` while nobody holds it. On backends that do not tell the holder's token it
+/// may name the previous leader until the new one publishes (the new leader holds the mutex
+/// before its record is published); the term tells which leader is newer.
 ///
 /// A crashed leader's mutex frees itself as that backend's mutex does (its lease ends, or its
 /// session or connection does); a waiting campaign is then elected with a larger term.
@@ -217,6 +217,12 @@ impl Election {
                     reason: LossReason::HeldByOther,
                 })
             }
+            // The mutex was lost while the record was published: the leadership is over.
+            Ok(_) if leadership.loss_reason().is_some() => {
+                let error = leadership.guard_ref().lost().await;
+                drop(leadership);
+                Err(error)
+            }
             Ok(_) => {
                 tracing::debug!(election = %self.name, term, "elected");
                 Ok(leadership)
@@ -227,8 +233,12 @@ impl Election {
     }
 
     /// Who leads now: the published record while the election's mutex is held, `None` while
-    /// nobody holds it. Right after a change it may name the previous leader for about a
-    /// round trip; the term tells which is newer.
+    /// nobody holds it. Where the backend tells the holder's fencing token (memory, SQLite,
+    /// Redis, Redlock), the record must also be the holder's (its term the token): a new
+    /// leader that has not published yet shows as `None`. Elsewhere (ZooKeeper, etcd,
+    /// PostgreSQL, MySQL) it may name the previous leader until the new one publishes (about a
+    /// round trip, unless the new leader stalls before publishing; then until its mutex
+    /// frees); the term tells which is newer.
     ///
     /// # Notable errors
     /// [`Error::Backend`] when the backend fails.
@@ -240,7 +250,12 @@ impl Election {
         let Some(record) = backend.read_published(&self.key).await? else {
             return Ok(None);
         };
-        if !backend.is_locked(&self.lock).await? {
+        let holder = backend.inspect(&self.lock).await?;
+        if !holder.locked
+            || holder
+                .fencing_token
+                .is_some_and(|token| token != record.term)
+        {
             return Ok(None);
         }
         Ok(Some(Leader {

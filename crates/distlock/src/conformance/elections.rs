@@ -176,10 +176,12 @@ pub async fn promise2_leadership_lost_when_its_lock_is_lost(target: &Target) {
 pub async fn crashed_leader_is_replaced(target: &Target) {
     bounded("crashed_leader_is_replaced", async {
         let name = unique("election_crash");
-        let lease = Duration::from_millis(700);
+        let lease = Duration::from_millis(2000);
         let crashing = client(target).await.election(name.as_str()).unwrap();
         let observer = client(target).await.election(name.as_str()).unwrap();
         let waiting = client(target).await.election(name.as_str()).unwrap();
+        // Before the campaign: its lease starts at its grant, which comes after this.
+        let started = tokio::time::Instant::now();
         let crashed = within(
             PROMPTLY,
             "campaign",
@@ -187,7 +189,6 @@ pub async fn crashed_leader_is_replaced(target: &Target) {
         )
         .await
         .unwrap();
-        let started = tokio::time::Instant::now();
         let old_term = crashed.term();
         std::mem::forget(crashed);
         let mut changes = Box::pin(observer.observe());

@@ -411,7 +411,10 @@ impl Backend for RedlockBackend {
     }
 }
 
-/// The record of the largest term among `records`.
+/// The record of the largest term among `records`; of one term, a withdrawn one (a
+/// withdrawal that reached only some masters still ends the term).
 fn newest(records: impl Iterator<Item = Option<Published>>) -> Option<Published> {
-    records.flatten().max_by_key(|record| record.term)
+    records
+        .flatten()
+        .max_by_key(|record| (record.term, record.is_withdrawn()))
 }
