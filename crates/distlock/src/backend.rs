@@ -261,11 +261,13 @@ impl Published {
 
     /// The record as bytes, for stores that keep one blob per key (ZooKeeper, etcd):
     /// `<term>\n<holder>\n<value>`. Holders have no newline; the value is the rest.
+    #[cfg(any(feature = "zookeeper", feature = "etcd"))]
     pub(crate) fn encode(&self) -> Vec<u8> {
         format!("{}\n{}\n{}", self.term, self.holder, self.value).into_bytes()
     }
 
     /// The record [`Published::encode`] wrote; `None` for anything else.
+    #[cfg(any(feature = "zookeeper", feature = "etcd"))]
     pub(crate) fn decode(bytes: &[u8]) -> Option<Self> {
         let text = std::str::from_utf8(bytes).ok()?;
         let mut parts = text.splitn(3, '\n');
