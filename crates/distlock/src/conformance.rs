@@ -324,6 +324,19 @@ async fn lost_at(guard: &crate::Guard, within: Duration) -> Option<Instant> {
         .map(|_| Instant::now())
 }
 
+/// Waits for every task, at most `limit` for all; panics naming `what` when one panicked or
+/// they did not finish (a hold never freed, a deadlock).
+async fn finish_tasks(tasks: Vec<tokio::task::JoinHandle<()>>, limit: Duration, what: &str) {
+    tokio::time::timeout(limit, async {
+        for task in tasks {
+            task.await
+                .unwrap_or_else(|e| panic!("{what}: a task failed: {e}"));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}: the tasks did not finish within {limit:?}"));
+}
+
 async fn short_lease_client(target: &Target) -> Locks {
     target
         .client_with(ConnectOptions::new().lease(SHORT_LEASE))

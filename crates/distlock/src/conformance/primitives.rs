@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use super::cancel::poll_once;
-use super::{SHORT_LEASE, Target, client, short_lease_client, unique};
+use super::{SHORT_LEASE, Target, client, finish_tasks, short_lease_client, unique};
 use crate::{AcquireOptions, LossReason};
 
 /// How soon after a cancelled acquisition another client must get what it asked for.
@@ -80,13 +80,7 @@ pub async fn promise1_semaphore_admits_at_most_its_permits(target: &Target) {
             }
         }));
     }
-    tokio::time::timeout(CASE_LIMIT, async {
-        for task in tasks {
-            task.await.expect("a semaphore task panicked");
-        }
-    })
-    .await
-    .expect("the semaphore tasks did not finish: a permit was never freed");
+    finish_tasks(tasks, CASE_LIMIT, "semaphore holders").await;
     assert_eq!(
         most.load(Ordering::SeqCst),
         3,
@@ -326,13 +320,7 @@ pub async fn promise1_multi_lock_orders_do_not_deadlock(target: &Target) {
             }
         }));
     }
-    tokio::time::timeout(CASE_LIMIT, async {
-        for task in tasks {
-            task.await.expect("a multi-lock task panicked");
-        }
-    })
-    .await
-    .expect("multi-locks in opposite orders deadlocked or starved");
+    finish_tasks(tasks, CASE_LIMIT, "multi-locks in opposite orders").await;
 }
 
 /// Promise 1 with a fixed lease: a multi-lock that waited for its last part holds every part

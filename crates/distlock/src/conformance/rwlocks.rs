@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use super::primitives::{PROMPTLY, drop_after_polls};
-use super::{SHORT_LEASE, Target, client, short_lease_client, unique};
+use super::{SHORT_LEASE, Target, client, finish_tasks, short_lease_client, unique};
 use crate::AcquireOptions;
 
 /// Promise 1: readers and writers of two clients; a writer is never in with anyone, and
@@ -49,13 +49,7 @@ pub async fn promise1_rwlock_writers_exclude_readers_share(target: &Target) {
             }
         }));
     }
-    tokio::time::timeout(Duration::from_secs(120), async {
-        for task in tasks {
-            task.await.expect("a reader-writer task panicked");
-        }
-    })
-    .await
-    .expect("the readers and writers did not finish");
+    finish_tasks(tasks, Duration::from_secs(120), "readers and writers").await;
     assert!(
         most_readers.load(Ordering::SeqCst) >= 2,
         "readers never held the lock together"
