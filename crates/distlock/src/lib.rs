@@ -70,6 +70,14 @@
 //! API's leases are kept in the holder's client, and a lost etcd lease fires `lost()` on every
 //! lock under it (see `docs/backends/etcd.md` and [`Locks::session`]).
 //!
+//! # Beyond the mutex
+//!
+//! Every backend also offers, built on its mutex (so each has leases, renewal, loss and
+//! fencing tokens): a [`Semaphore`] ([`Locks::semaphore`]), a reader-writer lock
+//! ([`RwLock`], [`Locks::rwlock`]), several locks taken all or nothing ([`MultiLock`],
+//! [`Locks::multi_lock`]), and leader election ([`Election`], [`Locks::election`]) whose
+//! term is a fencing token. `docs/primitives/` says how each is built and what it costs.
+//!
 //! # Ownership, leases and loss
 //!
 //! * Every acquisition through a [`Mutex`] from [`Locks::mutex`] is its own owner, so tasks
