@@ -234,6 +234,7 @@ macro_rules! conformance_suite {
             promise4_cancelled_campaign_leaves_nothing,
             promise4_lost_publish_reply_leaves_nothing,
             published_records_keep_the_largest_term,
+            published_records_race_to_the_largest_term,
             election_refuses_bad_input,
         );
     };

@@ -459,3 +459,54 @@ pub async fn election_refuses_bad_input(target: &Target) {
     })
     .await;
 }
+
+/// Publishes race: 12 tasks over 3 backends (clients) publish terms 1 to 12 in a shuffled order
+/// at once, on one key. Every answer has a term at least the one sent (a publish never reports
+/// an older record as standing), and the record left is term 12's: the backend's
+/// compare-and-store is atomic, not a read then a write.
+pub async fn published_records_race_to_the_largest_term(target: &Target) {
+    use crate::backend::Published;
+    bounded("published_records_race_to_the_largest_term", async {
+        let key = crate::LockName::new(unique("published_race")).unwrap();
+        let mut backends = Vec::new();
+        for _ in 0..3 {
+            backends.push(
+                target
+                    .open()
+                    .await
+                    .unwrap_or_else(|e| panic!("open {}: {e}", target.label())),
+            );
+        }
+        let mut terms: Vec<u64> = (1..=12).collect();
+        fastrand::shuffle(&mut terms);
+        let start = std::sync::Arc::new(tokio::sync::Barrier::new(terms.len()));
+        let mut tasks = Vec::new();
+        for (index, term) in terms.into_iter().enumerate() {
+            let (backend, key, start) = (backends[index % 3].clone(), key.clone(), start.clone());
+            tasks.push(tokio::spawn(async move {
+                start.wait().await;
+                let record = Published::new(term, format!("term {term}"), "client:1");
+                let stored = backend
+                    .publish(&key, &record)
+                    .await
+                    .unwrap_or_else(|e| panic!("publish {term}: {e}"));
+                assert!(
+                    stored.term >= term,
+                    "publishing {term} answered the older {}",
+                    stored.term
+                );
+            }));
+        }
+        for task in tasks {
+            task.await
+                .unwrap_or_else(|e| panic!("a publishing task failed: {e}"));
+        }
+        let left = backends[0].read_published(&key).await.unwrap();
+        assert_eq!(
+            left.map(|record| (record.term, record.value)),
+            Some((12, "term 12".to_string())),
+            "a smaller term overwrote a larger one"
+        );
+    })
+    .await;
+}
