@@ -320,6 +320,19 @@ pub async fn promise4_lost_publish_reply_leaves_nothing(target: &Target) {
             .unwrap_err();
         assert!(err.is_backend(), "a lost publish reply: {err}");
         assert_eq!(faulty.faulted(Method::Publish), 1, "the fault did not run");
+        // The publish took effect on the server; the failed campaign withdraws it in the
+        // background, so no record of it stays.
+        let raw = target
+            .open()
+            .await
+            .unwrap_or_else(|e| panic!("open {}: {e}", target.label()));
+        let key = crate::LockName::new(name.as_str()).unwrap();
+        within(PROMPTLY, "the failed campaign's withdrawal", async {
+            while raw.read_published(&key).await.unwrap().is_some() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
         let winner = other
             .campaign_with("winner", AcquireOptions::new().wait(PROMPTLY))
             .await
