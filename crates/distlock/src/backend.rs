@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::error::Result;
-use crate::name::LockName;
+use crate::name::{LockKind, LockName};
 
 /// Who holds a lock: the id of a client ([`Locks`](crate::Locks)) and a holder id that the
 /// client hands out to each [`Mutex`](crate::Mutex) handle.
@@ -155,6 +155,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     async fn publish(&self, key: &LockName, record: &Published) -> Result<Published>;
 
     /// The record published under `key`; `None` when none was, or when it was withdrawn.
+    ///
+    /// For a `key` of kind [`LockKind::Leader`] (on a backend that keeps that kind) the record
+    /// is the first candidate in line of that lock, whoever made it: its token as the term,
+    /// its stored value, and its node or key as the holder; `None` when nobody is in line.
     async fn read_published(&self, key: &LockName) -> Result<Option<Published>>;
 
     /// Withdraws the record of `key` if its term is `term`: it reads as `None` from then on,
@@ -165,6 +169,14 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// status`). The default knows only whether it is held ([`Backend::is_locked`]).
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
         Ok(LockInfo::new(self.is_locked(name).await?))
+    }
+
+    /// True when the backend keeps locks of `kind` in its own layout (names of that
+    /// [`LockName::kind`] then reach every method). Every backend keeps
+    /// [`LockKind::Exclusive`], the default; the primitives build the other kinds on it
+    /// where a backend does not keep them.
+    fn supports(&self, kind: &LockKind) -> bool {
+        matches!(kind, LockKind::Exclusive)
     }
 
     /// True when [`Backend::subscribe`] is the first step of an acquisition that may wait:

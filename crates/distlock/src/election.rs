@@ -13,7 +13,7 @@ use crate::error::{Error, LossReason, Result};
 use crate::finish::FinishOnDrop;
 use crate::keeper::ClientInner;
 use crate::mutex::{Guard, Mutex};
-use crate::name::LockName;
+use crate::name::{LockKind, LockName};
 use crate::options::{AcquireOptions, MAX_DURATION};
 
 /// How often [`Election::observe`] asks who leads, unless [`Election::observe_every`] says
@@ -35,6 +35,14 @@ pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(100);
 /// leader, `None` while nobody holds it. On backends that do not tell the holder's token it
 /// may name the previous leader until the new one publishes (the new leader holds the mutex
 /// before its record is published); the term tells which leader is newer.
+///
+/// ## In the backend's own layout
+/// On a backend that keeps elections itself ([`Election::is_native`]: ZooKeeper, in the
+/// layout of Curator's `LeaderLatch`; etcd, in that of its `concurrency.Election`), the
+/// election is the lock `<name>` itself: each candidate's place in line (a node or key) holds
+/// its value from the moment it is made, the first in line leads, and its token is the term.
+/// Nothing is published apart: [`Election::leader`] reads the first in line, so Java and Go
+/// services campaigning on the same path or prefix take part in the same election.
 ///
 /// A crashed leader's mutex frees itself as that backend's mutex does (its lease ends, or its
 /// session or connection does); a waiting campaign is then elected with a larger term.
@@ -59,8 +67,10 @@ pub struct Election {
     name: Arc<str>,
     /// The key the leader's record is published under: the election's name.
     key: LockName,
-    /// The mutex the leader holds: `<name>#leader`.
+    /// The mutex the leader holds: `<name>#leader`, or `<name>` in the backend's own layout.
     lock: LockName,
+    /// The backend keeps the election itself (the first in line leads).
+    native: bool,
     observe_every: Duration,
 }
 
@@ -81,13 +91,25 @@ pub struct Leader {
     pub term: u64,
     /// What the leader published with its campaign.
     pub value: String,
-    /// The owner holding the election's mutex, as backends store it.
+    /// The owner holding the election's mutex, as backends store it; in the backend's own
+    /// layout, the leader's node (ZooKeeper) or key (etcd).
     pub holder: String,
 }
 
 impl Election {
     pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Result<Self> {
         let key = LockName::new(name.as_str())?;
+        let leader_kind = LockKind::Leader(Arc::from(""));
+        if client.backend.supports(&leader_kind) {
+            return Ok(Election {
+                client,
+                name: name.into(),
+                lock: key.clone(),
+                key: key.with_kind(leader_kind),
+                native: true,
+                observe_every: DEFAULT_OBSERVE_EVERY,
+            });
+        }
         let lock = LockName::new(format!("{name}#leader")).map_err(|_| {
             Error::invalid(
                 "election name",
@@ -104,6 +126,7 @@ impl Election {
             name: name.into(),
             key,
             lock,
+            native: false,
             observe_every: DEFAULT_OBSERVE_EVERY,
         })
     }
@@ -113,10 +136,15 @@ impl Election {
         &self.name
     }
 
-    /// The mutex the leader holds, `<name>#leader` (an operator can inspect or force-unlock
-    /// it).
+    /// The mutex the leader holds, `<name>#leader`, or `<name>` when the backend keeps the
+    /// election itself (an operator can inspect or force-unlock it).
     pub fn lock_name(&self) -> &str {
         self.lock.as_str()
+    }
+
+    /// True when the backend keeps the election in its own layout (see the type's docs).
+    pub fn is_native(&self) -> bool {
+        self.native
     }
 
     /// The same election, observed every `every` ([`Election::observe`]); 100 ms by default.
@@ -179,13 +207,30 @@ impl Election {
             ));
         }
         let start = Instant::now();
-        let mutex = Mutex::new(self.client.clone(), self.lock.clone(), None);
+        let lock = if self.native {
+            // The candidate's place in line holds its value: nothing to publish apart.
+            self.lock
+                .clone()
+                .with_kind(LockKind::Leader(value.as_str().into()))
+        } else {
+            self.lock.clone()
+        };
+        let mutex = Mutex::new(self.client.clone(), lock, None);
         let Some(guard) = mutex.acquire_inner(options).await? else {
             return Err(Error::Timeout {
                 name: self.name.to_string(),
                 waited: start.elapsed(),
             });
         };
+        if self.native {
+            return Ok(Leadership {
+                guard: Some(guard),
+                backend: self.client.backend.clone(),
+                key: self.key.clone(),
+                value,
+                native: true,
+            });
+        }
         let term = guard.fencing_token();
         let record = Published::new(term, value, guard.owner().as_str());
         let backend = self.client.backend.clone();
@@ -199,7 +244,7 @@ impl Election {
         let key = self.key.clone();
         // Dropped while publishing: the publish finishes, then nothing of it stays.
         let (guard, stored) = FinishOnDrop::new(publish, move |(guard, _)| async move {
-            withdraw_and_release(backend, key, term, guard).await;
+            withdraw_and_release(backend, key, term, guard, false).await;
         })
         .await;
         let leadership = Leadership {
@@ -207,6 +252,7 @@ impl Election {
             backend: self.client.backend.clone(),
             key: self.key.clone(),
             value: record.value,
+            native: false,
         };
         match stored {
             Ok(stored) if stored.term > term => {
@@ -250,6 +296,14 @@ impl Election {
         let Some(record) = backend.read_published(&self.key).await? else {
             return Ok(None);
         };
+        if self.native {
+            // The first in line: the holder itself.
+            return Ok(Some(Leader {
+                term: record.term,
+                value: record.value,
+                holder: record.holder,
+            }));
+        }
         let holder = backend.inspect(&self.lock).await?;
         if !holder.locked
             || holder
@@ -314,9 +368,21 @@ impl Election {
     }
 }
 
-/// Withdraws the record of `term` and releases `guard`, both to their end.
-async fn withdraw_and_release(backend: Arc<dyn Backend>, key: LockName, term: u64, guard: Guard) {
-    if let Err(error) = backend.withdraw(&key, term).await {
+/// Withdraws the record of `term` (unless the backend keeps the election itself: the release
+/// ends the record) and releases `guard`, both to their end.
+async fn withdraw_and_release(
+    backend: Arc<dyn Backend>,
+    key: LockName,
+    term: u64,
+    guard: Guard,
+    native: bool,
+) {
+    let withdrawn = if native {
+        Ok(true)
+    } else {
+        backend.withdraw(&key, term).await
+    };
+    if let Err(error) = withdrawn {
         tracing::warn!(election = %key, term, %error, "withdrawing a leader's record failed; a newer term replaces it");
     }
     if let Err(error) = guard.release().await {
@@ -333,6 +399,8 @@ pub struct Leadership {
     backend: Arc<dyn Backend>,
     key: LockName,
     value: String,
+    /// The backend keeps the election itself: nothing to withdraw.
+    native: bool,
 }
 
 impl fmt::Debug for Leadership {
@@ -403,9 +471,13 @@ impl Leadership {
             return Ok(());
         };
         let term = guard.fencing_token();
-        let (backend, key) = (self.backend.clone(), self.key.clone());
+        let (backend, key, native) = (self.backend.clone(), self.key.clone(), self.native);
         let resign = async move {
-            let withdrawn = backend.withdraw(&key, term).await;
+            let withdrawn = if native {
+                Ok(true)
+            } else {
+                backend.withdraw(&key, term).await
+            };
             let released = guard.release().await;
             released.and(withdrawn.map(drop))
         };
@@ -428,7 +500,8 @@ impl Drop for Leadership {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 let (backend, key) = (self.backend.clone(), self.key.clone());
-                drop(runtime.spawn(withdraw_and_release(backend, key, term, guard)));
+                let release = withdraw_and_release(backend, key, term, guard, self.native);
+                drop(runtime.spawn(release));
             }
             // The guard's own drop says what happens without a runtime; the record stays,
             // and the next term replaces it.

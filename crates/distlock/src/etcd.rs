@@ -64,7 +64,7 @@ use crate::backend::{
     SessionStatus,
 };
 use crate::error::{Error, Result};
-use crate::name::LockName;
+use crate::name::{LockKind, LockName};
 
 use self::state::{Node, Orphan, Queued, State, no_lease};
 use self::url::EtcdUrl;
@@ -431,7 +431,16 @@ impl Backend for EtcdBackend {
     }
 
     async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
-        self.shared.read_record(key).await
+        match key.kind() {
+            LockKind::Leader(_) => self.shared.read_leader(key).await,
+            _ => self.shared.read_record(key).await,
+        }
+    }
+
+    fn supports(&self, kind: &LockKind) -> bool {
+        // etcd's Go client has the mutex and the election; its reader-writer lock is a
+        // contrib recipe, built here on the mutex instead.
+        matches!(kind, LockKind::Exclusive | LockKind::Leader(_))
     }
 
     async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {

@@ -36,6 +36,11 @@ impl GuardSet {
         Ok((!set.is_lost()).then_some(set))
     }
 
+    /// One guard acquired with its own lease, as a set.
+    pub(crate) fn one(guard: Guard) -> Self {
+        GuardSet { parts: vec![guard] }
+    }
+
     pub(crate) fn parts(&self) -> &[Guard] {
         &self.parts
     }

@@ -156,7 +156,7 @@ pub use crate::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership};
 pub use crate::error::{BoxError, Error, LossReason, Result};
 pub use crate::multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};
 pub use crate::mutex::{Guard, Holder, Mutex};
-pub use crate::name::{LockName, MAX_NAME_BYTES};
+pub use crate::name::{LockKind, LockName, MAX_NAME_BYTES};
 pub use crate::options::{AcquireOptions, ConnectOptions, DEFAULT_LEASE, MAX_DURATION, MIN_LEASE};
 pub use crate::rwlock::{READER_SLOTS, ReadGuard, RwLock, WriteGuard};
 pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};

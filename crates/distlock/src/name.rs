@@ -1,6 +1,7 @@
 //! Lock names and how they map to backend keys.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -12,8 +13,38 @@ pub const MAX_NAME_BYTES: usize = 1024;
 /// Any characters are allowed, including `/`, `{`, `}`, `:` and whitespace. Each backend maps
 /// the name to its own key deterministically and injectively (two names never share a key),
 /// under a `distlock` prefix; see [`LockName::escaped`].
+///
+/// A name also carries the [`LockKind`] it is locked as: a plain mutex's is
+/// [`LockKind::Exclusive`]; the reader-writer lock and the election ask a backend that keeps
+/// those recipes in its own layout ([`Backend::supports`](crate::backend::Backend::supports))
+/// for the other kinds.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockName(String);
+pub struct LockName {
+    name: String,
+    kind: LockKind,
+}
+
+/// What a [`LockName`] is locked as. Only [`LockKind::Exclusive`] reaches a backend unless
+/// its [`Backend::supports`](crate::backend::Backend::supports) says it keeps the kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum LockKind {
+    /// One holder at a time: the mutex.
+    #[default]
+    Exclusive,
+    /// A reader of a reader-writer lock kept in the backend's own layout: held together
+    /// with other readers, never with a writer, and not granted while a writer queued
+    /// earlier waits.
+    Read,
+    /// The writer of such a reader-writer lock: held alone.
+    Write,
+    /// A candidate of an election kept in the backend's own layout: exclusive, and the
+    /// value is stored with the candidate's place in line, so that anyone reading the
+    /// first in line learns the leader's value ([`Backend::read_published`]).
+    ///
+    /// [`Backend::read_published`]: crate::backend::Backend::read_published
+    Leader(Arc<str>),
+}
 
 impl LockName {
     /// Validates a name.
@@ -38,12 +69,26 @@ impl LockName {
                 ),
             ));
         }
-        Ok(LockName(name))
+        Ok(LockName {
+            name,
+            kind: LockKind::Exclusive,
+        })
+    }
+
+    /// The same name, locked as `kind`.
+    pub fn with_kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// What the name is locked as.
+    pub fn kind(&self) -> &LockKind {
+        &self.kind
     }
 
     /// The name as given.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.name
     }
 
     /// The name with every byte outside `[A-Za-z0-9._-]` percent-encoded (`%2F` for `/`,
@@ -51,8 +96,8 @@ impl LockName {
     /// every backend accepts in a key or a node name, so backends build their keys from it.
     pub fn escaped(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut out = String::with_capacity(self.0.len());
-        for &byte in self.0.as_bytes() {
+        let mut out = String::with_capacity(self.name.len());
+        for &byte in self.name.as_bytes() {
             if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
                 out.push(char::from(byte));
             } else {
@@ -67,13 +112,17 @@ impl LockName {
 
 impl fmt::Debug for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+        fmt::Debug::fmt(&self.name, f)?;
+        match &self.kind {
+            LockKind::Exclusive => Ok(()),
+            kind => write!(f, " ({kind:?})"),
+        }
     }
 }
 
 impl fmt::Display for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.name)
     }
 }
 

@@ -12,7 +12,7 @@ use crate::error::{Error, LossReason, Result};
 use crate::guard_set::GuardSet;
 use crate::keeper::ClientInner;
 use crate::mutex::{Guard, Mutex};
-use crate::name::LockName;
+use crate::name::{LockKind, LockName};
 use crate::options::AcquireOptions;
 use crate::semaphore::Semaphore;
 
@@ -67,6 +67,8 @@ pub struct RwLock {
     name: Arc<str>,
     gate: LockName,
     readers: Semaphore,
+    /// The name itself, on a backend that keeps reader-writer locks in its own layout.
+    native: Option<LockName>,
 }
 
 impl fmt::Debug for RwLock {
@@ -80,11 +82,16 @@ impl RwLock {
         let readers = Semaphore::with_slots(client.clone(), name.clone(), READER_SLOTS, "reader")?;
         // The reader slots' names checked the length; the gate's suffix is shorter.
         let gate = LockName::new(format!("{name}#gate"))?;
+        let backend = &client.backend;
+        let native = (backend.supports(&LockKind::Read) && backend.supports(&LockKind::Write))
+            .then(|| LockName::new(name.as_str()))
+            .transpose()?;
         Ok(RwLock {
             client,
             name: name.into(),
             gate,
             readers,
+            native,
         })
     }
 
@@ -180,8 +187,32 @@ impl RwLock {
             .await
     }
 
+    /// True when the backend keeps this lock in its own layout (ZooKeeper: Curator's).
+    pub fn is_native(&self) -> bool {
+        self.native.is_some()
+    }
+
+    /// The backend's own lock of `kind` on the name, acquired as a new owner.
+    async fn native(
+        &self,
+        name: &LockName,
+        kind: LockKind,
+        options: AcquireOptions,
+    ) -> Result<Option<Guard>> {
+        Mutex::new(self.client.clone(), name.clone().with_kind(kind), None)
+            .acquire_inner(options)
+            .await
+    }
+
     async fn read_inner(&self, options: AcquireOptions) -> Result<Option<ReadGuard>> {
         options.validate()?;
+        if let Some(name) = &self.native {
+            let slot = self.native(name, LockKind::Read, options).await?;
+            return Ok(slot.map(|slot| ReadGuard {
+                fencing_token: slot.fencing_token(),
+                slot,
+            }));
+        }
         let start = Instant::now();
         loop {
             // The gate only orders the reader: it is held for the slot acquisition, with the
@@ -215,6 +246,13 @@ impl RwLock {
 
     async fn write_inner(&self, options: AcquireOptions) -> Result<Option<WriteGuard>> {
         options.validate()?;
+        if let Some(name) = &self.native {
+            let lock = self.native(name, LockKind::Write, options).await?;
+            return Ok(lock.map(|lock| WriteGuard {
+                fencing_token: lock.fencing_token(),
+                parts: GuardSet::one(lock),
+            }));
+        }
         let start = Instant::now();
         loop {
             // Every part is acquired with the renewed lease; a fixed lease starts once the

@@ -52,6 +52,7 @@
 
 mod background;
 mod published;
+mod recipes;
 mod shared;
 pub(crate) mod url;
 mod waiter;
@@ -72,9 +73,10 @@ use crate::backend::{
     SessionStatus, Woken,
 };
 use crate::error::{Error, Result};
-use crate::name::LockName;
+use crate::name::{LockKind, LockName};
 
 use self::background::supervise;
+use self::recipes::queue;
 use self::url::ZkUrl;
 pub use self::url::lock_path;
 use self::waiter::{NaiveWaiter, SequentialWaiter};
@@ -90,8 +92,6 @@ static WATCH_NOTIFICATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Curator's protected-node prefix.
 const PROTECTED: &str = "_c_";
-/// Curator's lock node name; the sequence number follows it.
-const NODE_NAME: &str = "lock-";
 /// How often one request retries after a lost connection or a vanished parent.
 const ATTEMPTS: usize = 5;
 
@@ -109,22 +109,6 @@ fn container() -> zk::CreateOptions<'static> {
 
 fn persistent() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
-}
-
-/// The sequence number of a lock node (`..lock-0000000042`), `None` for other children.
-fn sequence_of(child: &str) -> Option<u64> {
-    let at = child.rfind(NODE_NAME)?;
-    child[at + NODE_NAME.len()..].parse().ok()
-}
-
-/// The lock nodes among `children`, first in line first.
-fn queue(children: Vec<String>) -> Vec<String> {
-    let mut nodes: Vec<(u64, String)> = children
-        .into_iter()
-        .filter_map(|child| sequence_of(&child).map(|seq| (seq, child)))
-        .collect();
-    nodes.sort_unstable();
-    nodes.into_iter().map(|(_, child)| child).collect()
 }
 
 fn child_name(path: &str) -> &str {
@@ -581,7 +565,10 @@ impl Backend for ZooKeeperBackend {
     }
 
     async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
-        self.shared.read_record(key).await
+        match key.kind() {
+            LockKind::Leader(_) if self.supports(key.kind()) => self.shared.read_leader(key).await,
+            _ => self.shared.read_record(key).await,
+        }
     }
 
     async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
@@ -590,6 +577,13 @@ impl Backend for ZooKeeperBackend {
 
     fn queues_on_subscribe(&self) -> bool {
         !self.shared.url.naive
+    }
+
+    fn supports(&self, kind: &LockKind) -> bool {
+        match kind {
+            LockKind::Exclusive => true,
+            kind => !self.shared.url.naive && recipes::keeps(kind),
+        }
     }
 
     fn session(&self) -> Option<watch::Receiver<SessionStatus>> {

@@ -93,10 +93,17 @@ impl Shared {
         &self,
         lock_prefix: &str,
         key: &str,
+        kind: &LockKind,
         lease: i64,
         only_if_free: bool,
     ) -> Result<Option<(Node, bool)>> {
-        let put = TxnOp::put(key, "", Some(etcd::PutOptions::new().with_lease(lease)));
+        // A candidate's key holds its value, as `concurrency.Election`'s; a lock's is empty,
+        // as `concurrency.Mutex`'s.
+        let value = match kind {
+            LockKind::Leader(value) => value.as_bytes(),
+            _ => &[],
+        };
+        let put = TxnOp::put(key, value, Some(etcd::PutOptions::new().with_lease(lease)));
         let when = if only_if_free {
             Compare::create_revision(lock_prefix, CompareOp::Equal, 0).with_prefix()
         } else {
@@ -165,7 +172,7 @@ impl Shared {
             }
         };
         let answer = self
-            .enqueue(&lock_prefix, &key, lease_id, waiter.is_none())
+            .enqueue(&lock_prefix, &key, name.kind(), lease_id, waiter.is_none())
             .await;
         let (node, first) = match answer {
             Err(error) => {
@@ -231,6 +238,28 @@ impl Shared {
         Ok(Acquired::Held {
             ttl: first.then_some(Duration::ZERO),
         })
+    }
+
+    /// The first candidate in line of an election (`concurrency.Election`'s leader): its
+    /// create revision as the term, its value, its key as the holder.
+    pub(super) async fn read_leader(&self, name: &LockName) -> Result<Option<Published>> {
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let answer = self
+            .call(
+                "read the leader",
+                self.kv().get(self.lock_prefix(name), Some(options)),
+            )
+            .await?;
+        Ok(answer.kvs().first().map(|kv| {
+            Published::new(
+                revision_token(kv.create_revision()),
+                String::from_utf8_lossy(kv.value()),
+                String::from_utf8_lossy(kv.key()),
+            )
+        }))
     }
 
     /// Waits (at most a request's timeout) while a lost lease is being replaced.

@@ -319,6 +319,10 @@ impl Backend for FaultyBackend {
         self.inner.queues_on_subscribe()
     }
 
+    fn supports(&self, kind: &crate::name::LockKind) -> bool {
+        self.inner.supports(kind)
+    }
+
     async fn still_held(&self, locks: &[(LockName, Owner)]) -> Result<Vec<bool>> {
         self.call(Method::StillHeld, self.inner.still_held(locks))
             .await

@@ -100,13 +100,15 @@ impl Shared {
         &self,
         session: &Session,
         lock: &str,
+        kind: &LockKind,
         owner: &Owner,
     ) -> Result<Node> {
         let prefix = format!(
-            "{lock}/{PROTECTED}{}-{NODE_NAME}",
-            uuid::Uuid::new_v4().hyphenated()
+            "{lock}/{PROTECTED}{}-{}",
+            uuid::Uuid::new_v4().hyphenated(),
+            recipes::marker(kind)
         );
-        let data = Self::node_data(owner);
+        let data = recipes::data(kind, owner);
         for _ in 0..ATTEMPTS {
             match session
                 .client
@@ -352,14 +354,16 @@ impl Shared {
         // A failed look (a lost connection) is no answer: the attempt goes on to queue, which
         // handles a lost connection.
         if waiter.is_none()
-            && matches!(self.queue(&session, &lock).await, Ok(line) if !line.is_empty())
+            && matches!(self.queue(&session, &lock).await, Ok(line) if recipes::would_wait(name.kind(), &line))
         {
             return Ok(Acquired::Held { ttl: None });
         }
         let node = match queued_node {
             Some(node) => node,
             None => {
-                let node = self.create_node(&session, &lock, owner).await?;
+                let node = self
+                    .create_node(&session, &lock, name.kind(), owner)
+                    .await?;
                 if let Some(id) = waiter {
                     let mut state = self.state();
                     match state.waiters.get_mut(&id) {
@@ -397,7 +401,7 @@ impl Shared {
         };
         let position = line.iter().position(|c| c == child_name(&node.path));
         match position {
-            Some(0) => {
+            Some(at) if recipes::blocker(name.kind(), &line, at).is_none() => {
                 if self.record_grant(name, owner, &node, lease, session.generation, waiter) {
                     return Ok(Acquired::Granted {
                         fencing_token: node.token,

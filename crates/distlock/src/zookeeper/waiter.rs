@@ -93,10 +93,11 @@ impl ReleaseWaiter for SequentialWaiter {
                 }
             };
             let position = line.iter().position(|c| c == child_name(&node.path));
-            let before = match position {
-                None => return Woken::Retry,
-                Some(0) => return self.granted(&node, session.generation),
-                Some(at) => at - 1,
+            let Some(at) = position else {
+                return Woken::Retry;
+            };
+            let Some(before) = recipes::blocker(self.name.kind(), &line, at) else {
+                return self.granted(&node, session.generation);
             };
             let predecessor = format!("{}/{}", self.lock, line[before]);
             let watcher = match session.client.check_and_watch_stat(&predecessor).await {
@@ -116,7 +117,9 @@ impl ReleaseWaiter for SequentialWaiter {
             tokio::select! {
                 event = watcher.changed() => {
                     WATCH_NOTIFICATIONS.fetch_add(1, Ordering::Relaxed);
-                    if event.event_type == zk::EventType::NodeDeleted && before == 0 {
+                    if event.event_type == zk::EventType::NodeDeleted
+                        && recipes::last_blocker(self.name.kind(), before)
+                    {
                         // The node ahead was first in line: nobody can come before us now.
                         let generation = self.shared.state().generation;
                         return self.granted(&node, generation);

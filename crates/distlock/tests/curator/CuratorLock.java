@@ -4,14 +4,13 @@ import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.Map;
-import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
-import org.apache.curator.framework.recipes.leader.LeaderSelector;
-import org.apache.curator.framework.recipes.leader.LeaderSelectorListenerAdapter;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryNTimes;
 
 /**
@@ -35,20 +34,22 @@ import org.apache.curator.retry.RetryNTimes;
  *                                                        mutex is held
  *   participants PATH              participants N1 N2..  the lock's nodes in Curator's order
  *                                                        (the first holds), full paths
- *   lead PATH TIMEOUT_MS           leading | timeout     a LeaderSelector on PATH that keeps
- *                                                        leadership until resign; on timeout
- *                                                        the selector is closed (leaves)
- *   resign                         resigned              gives the leadership up
+ *   read-acquire PATH TIMEOUT_MS   acquired | timeout    InterProcessReadWriteLock(PATH)'s
+ *   write-acquire PATH TIMEOUT_MS  acquired | timeout    read or write lock, as acquire
+ *   read-release PATH              released
+ *   write-release PATH             released
+ *   latch-start PATH ID            started               a LeaderLatch on PATH with
+ *                                                        participant id ID, started
+ *   latch-await PATH TIMEOUT_MS    leading | timeout     waits for that latch to lead
+ *   latch-leader PATH              leader ID             the latch's view of the leader's id
+ *   latch-close PATH               closed                closes the latch (leaves the race)
  *   exit                           bye                   closes the client (its nodes go) and
  *                                                        exits 0; so does the end of stdin
  *   anything that fails            error MESSAGE         and the program goes on
  * </pre>
  *
  * <p>Extending: each command is one entry of {@link #commands}; its recipe objects live in a
- * map by path, as the mutexes do. {@code InterProcessReadWriteLock} ({@code read-acquire},
- * {@code write-acquire}, {@code read-release}, {@code write-release}) and {@code LeaderLatch}
- * ({@code latch-start}, {@code latch-await}, {@code latch-close}) would be added the same way
- * once distlock has their node layouts.
+ * map by path, as the mutexes do.
  */
 public final class CuratorLock {
     /** A command's handler: the words after the command's name in, the reply line out. */
@@ -59,18 +60,82 @@ public final class CuratorLock {
     private final CuratorFramework client;
     /** One mutex per path, made on first use and kept so that re-entries and releases find it. */
     private final Map<String, InterProcessMutex> mutexes = new HashMap<>();
+    private final Map<String, InterProcessReadWriteLock> rwlocks = new HashMap<>();
+    private final Map<String, LeaderLatch> latches = new HashMap<>();
     private final Map<String, Command> commands = new HashMap<>();
-    /** The one LeaderSelector in use, and the latches its leadership waits on. */
-    private LeaderSelector selector;
-    private CountDownLatch resigned;
 
     private CuratorLock(CuratorFramework client) {
         this.client = client;
         commands.put("acquire", this::acquire);
         commands.put("release", this::release);
         commands.put("participants", this::participants);
-        commands.put("lead", this::lead);
-        commands.put("resign", this::resign);
+        commands.put("read-acquire",
+                args -> timed(rwlock(args, "read-acquire").readLock(), args));
+        commands.put("write-acquire",
+                args -> timed(rwlock(args, "write-acquire").writeLock(), args));
+        commands.put("read-release",
+                args -> released(rwlock(args, "read-release").readLock()));
+        commands.put("write-release",
+                args -> released(rwlock(args, "write-release").writeLock()));
+        commands.put("latch-start", this::latchStart);
+        commands.put("latch-await", this::latchAwait);
+        commands.put("latch-leader",
+                args -> "leader " + latch(args, 1, "latch-leader PATH").getLeader().getId());
+        commands.put("latch-close", this::latchClose);
+    }
+
+    /** The read-write lock of {@code args[0]}, made on first use. */
+    private InterProcessReadWriteLock rwlock(String[] args, String command) {
+        arity(args, 1, 2, command + " PATH [TIMEOUT_MS]");
+        return rwlocks.computeIfAbsent(args[0], p -> new InterProcessReadWriteLock(client, p));
+    }
+
+    /** Acquires {@code mutex} waiting {@code args[1]} ms (without limit when negative). */
+    private static String timed(InterProcessMutex mutex, String[] args) throws Exception {
+        arity(args, 2, 2, "PATH TIMEOUT_MS");
+        long timeout = Long.parseLong(args[1]);
+        if (timeout < 0) {
+            mutex.acquire();
+            return "acquired";
+        }
+        return mutex.acquire(timeout, TimeUnit.MILLISECONDS) ? "acquired" : "timeout";
+    }
+
+    private static String released(InterProcessMutex mutex) throws Exception {
+        mutex.release();
+        return "released";
+    }
+
+    private LeaderLatch latch(String[] args, int arity, String usage) {
+        arity(args, arity, arity, usage);
+        LeaderLatch latch = latches.get(args[0]);
+        if (latch == null) {
+            throw new IllegalStateException("no latch started on " + args[0]);
+        }
+        return latch;
+    }
+
+    private String latchStart(String[] args) throws Exception {
+        arity(args, 2, 2, "latch-start PATH ID");
+        if (latches.containsKey(args[0])) {
+            throw new IllegalStateException("a latch runs on " + args[0] + ": close it first");
+        }
+        LeaderLatch latch = new LeaderLatch(client, args[0], args[1]);
+        latch.start();
+        latches.put(args[0], latch);
+        return "started";
+    }
+
+    private String latchAwait(String[] args) throws Exception {
+        LeaderLatch latch = latch(args, 2, "latch-await PATH TIMEOUT_MS");
+        long timeout = Long.parseLong(args[1]);
+        return latch.await(timeout, TimeUnit.MILLISECONDS) ? "leading" : "timeout";
+    }
+
+    private String latchClose(String[] args) throws Exception {
+        latch(args, 1, "latch-close PATH").close();
+        latches.remove(args[0]);
+        return "closed";
     }
 
     private InterProcessMutex mutex(String path) {
@@ -127,44 +192,6 @@ public final class CuratorLock {
             line.append(' ').append(node);
         }
         return line.toString();
-    }
-
-    private String lead(String[] args) throws Exception {
-        arity(args, 2, 2, "lead PATH TIMEOUT_MS");
-        if (selector != null) {
-            throw new IllegalStateException("already campaigning: resign first");
-        }
-        long timeout = Long.parseLong(args[1]);
-        CountDownLatch leading = new CountDownLatch(1);
-        CountDownLatch resign = new CountDownLatch(1);
-        LeaderSelector candidate = new LeaderSelector(client, args[0],
-                new LeaderSelectorListenerAdapter() {
-                    @Override
-                    public void takeLeadership(CuratorFramework framework) throws Exception {
-                        leading.countDown();
-                        resign.await();
-                    }
-                });
-        candidate.start();
-        if (leading.await(timeout, TimeUnit.MILLISECONDS)) {
-            selector = candidate;
-            resigned = resign;
-            return "leading";
-        }
-        candidate.close();
-        return "timeout";
-    }
-
-    private String resign(String[] args) throws Exception {
-        arity(args, 0, 0, "resign");
-        if (selector == null) {
-            throw new IllegalStateException("not leading");
-        }
-        resigned.countDown();
-        selector.close();
-        selector = null;
-        resigned = null;
-        return "resigned";
     }
 
     /** Answers each line of {@code in} on {@code out} until {@code exit} or the end of input. */
