@@ -2,13 +2,16 @@
 //! 3-member cluster (both started by `scripts/test`), and what is particular to etcd: the key
 //! layout shared with `etcdctl lock`, the lost lease, and the loss of the cluster's leader.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use distlock::conformance::{Target, servers};
 use distlock::{AcquireOptions, ConnectOptions};
 use etcd_client as etcd;
 use tokio::time::Instant;
+
+#[path = "etcd/etcdctl.rs"]
+mod etcdctl;
 
 fn standalone() -> String {
     servers::ETCD.url()
@@ -210,115 +213,6 @@ async fn handoffs_to_holders_that_queue_again_do_not_stall() {
     for task in tasks {
         task.await.unwrap();
     }
-}
-
-/// An `etcdctl` child process, killed by its PID when dropped.
-struct Etcdctl(Child);
-
-impl Etcdctl {
-    fn lock(url: &str, name: &str, command: &[&str]) -> Self {
-        let child = Command::new("etcdctl")
-            .env("ETCDCTL_API", "3")
-            .arg(format!("--endpoints={}", servers_of(url).join(",")))
-            .args(["lock", name])
-            .args(command)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("etcdctl runs (scripts/test installs the etcd-client package)");
-        Etcdctl(child)
-    }
-
-    /// Waits for the child to exit, at most `within`; its stdout, or `None` if it still runs.
-    async fn output_within(&mut self, within: Duration) -> Option<String> {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().expect("etcdctl's status") {
-                assert!(status.success(), "etcdctl failed: {status}");
-                let mut out = String::new();
-                if let Some(mut stdout) = self.0.stdout.take() {
-                    use std::io::Read;
-                    let _ = stdout.read_to_string(&mut out);
-                }
-                return Some(out);
-            }
-            if start.elapsed() >= within {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for Etcdctl {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Promise 1 with a Go client: while `etcdctl lock NAME` holds, distlock cannot get NAME; it
-/// is granted once etcdctl releases (its key is deleted), not before.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn promise1_an_etcdctl_lock_excludes_distlock() {
-    let url = standalone();
-    let mut raw = raw(&url).await;
-    let name = unique("etcdctl_holds");
-    let mut etcdctl = Etcdctl::lock(&url, &name, &["sleep", "2"]);
-    let start = Instant::now();
-    while keys(&mut raw, &name).await.is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "etcdctl never locked"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let locks = distlock::connect(&url).await.unwrap();
-    let mutex = locks.mutex(name.as_str()).unwrap();
-    assert!(
-        mutex.try_acquire().await.unwrap().is_none(),
-        "distlock got a lock etcdctl holds"
-    );
-    let guard = mutex
-        .acquire_with(AcquireOptions::new().wait(Duration::from_secs(20)))
-        .await
-        .expect("distlock was not granted after etcdctl released");
-    let found = keys(&mut raw, &name).await;
-    assert_eq!(
-        found.len(),
-        1,
-        "granted while etcdctl's key is there: {found:?}"
-    );
-    assert_eq!(u64::try_from(found[0].1).unwrap(), guard.fencing_token());
-    guard.release().await.unwrap();
-    assert!(
-        etcdctl
-            .output_within(Duration::from_secs(5))
-            .await
-            .is_some()
-    );
-}
-
-/// Promise 1 the other way: while distlock holds NAME, `etcdctl lock NAME` waits; it gets the
-/// lock once distlock releases.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn promise1_distlock_excludes_an_etcdctl_lock() {
-    let url = standalone();
-    let name = unique("distlock_holds");
-    let locks = distlock::connect(&url).await.unwrap();
-    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
-    let mut etcdctl = Etcdctl::lock(&url, &name, &["echo", "etcdctl-holds"]);
-    assert_eq!(
-        etcdctl.output_within(Duration::from_millis(1500)).await,
-        None,
-        "etcdctl got a lock distlock holds"
-    );
-    guard.release().await.unwrap();
-    let out = etcdctl
-        .output_within(Duration::from_secs(10))
-        .await
-        .expect("etcdctl was not granted after distlock released");
-    assert!(out.contains("etcdctl-holds"), "{out}");
 }
 
 /// Promise 2: an operator revokes the client's etcd lease. Every lock under it fires `lost()`
