@@ -173,11 +173,10 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// True when the backend keeps locks of `kind` in its own layout (names of that
     /// [`LockName::kind`] then reach every method). Every backend keeps
-    /// [`LockKind::Exclusive`], the default; the primitives build the other kinds on it
-    /// where a backend does not keep them.
-    fn supports(&self, kind: &LockKind) -> bool {
-        matches!(kind, LockKind::Exclusive)
-    }
+    /// [`LockKind::Exclusive`]; the primitives build the other kinds on it where a backend
+    /// does not keep them. No default: a backend that wraps another must forward it, or its
+    /// clients would use another layout than the wrapped backend's on the same names.
+    fn supports(&self, kind: &LockKind) -> bool;
 
     /// True when [`Backend::subscribe`] is the first step of an acquisition that may wait:
     /// the waiter is a place in a queue that the following [`Backend::try_acquire`] of the

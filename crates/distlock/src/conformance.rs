@@ -228,6 +228,7 @@ macro_rules! conformance_suite {
             promise4_semaphore_lost_reply_leaves_no_permit,
             promise4_multi_lock_lost_lease_reply_leaves_no_part,
             promise4_failed_write_leaves_nothing,
+            promise4_read_lost_reply_leaves_nothing,
             promise1_election_has_one_leader_at_a_time,
             promise2_leadership_lost_when_its_lock_is_lost,
             crashed_leader_is_replaced,

@@ -99,17 +99,8 @@ pub struct Leader {
 impl Election {
     pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Result<Self> {
         let key = LockName::new(name.as_str())?;
-        let leader_kind = LockKind::Leader(Arc::from(""));
-        if client.backend.supports(&leader_kind) {
-            return Ok(Election {
-                client,
-                name: name.into(),
-                lock: key.clone(),
-                key: key.with_kind(leader_kind),
-                native: true,
-                observe_every: DEFAULT_OBSERVE_EVERY,
-            });
-        }
+        // Checked on every backend, also where the election is the lock of its own name, so
+        // that a name is valid on every backend or on none.
         let lock = LockName::new(format!("{name}#leader")).map_err(|_| {
             Error::invalid(
                 "election name",
@@ -121,6 +112,17 @@ impl Election {
                 ),
             )
         })?;
+        let leader_kind = LockKind::Leader(Arc::from(""));
+        if client.backend.supports(&leader_kind) {
+            return Ok(Election {
+                client,
+                name: name.into(),
+                lock: key.clone(),
+                key: key.with_kind(leader_kind),
+                native: true,
+                observe_every: DEFAULT_OBSERVE_EVERY,
+            });
+        }
         Ok(Election {
             client,
             name: name.into(),

@@ -142,6 +142,10 @@ impl Backend for MemoryBackend {
         "memory"
     }
 
+    fn supports(&self, kind: &crate::LockKind) -> bool {
+        kind.is_exclusive()
+    }
+
     async fn ping(&self) -> Result<()> {
         drop(self.state());
         Ok(())

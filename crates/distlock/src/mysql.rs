@@ -301,6 +301,10 @@ impl Backend for MySqlTableBackend {
         SCHEME
     }
 
+    fn supports(&self, kind: &crate::LockKind) -> bool {
+        kind.is_exclusive()
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)

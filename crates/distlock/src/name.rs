@@ -46,6 +46,13 @@ pub enum LockKind {
     Leader(Arc<str>),
 }
 
+impl LockKind {
+    /// True for [`LockKind::Exclusive`], the one kind every backend keeps.
+    pub fn is_exclusive(&self) -> bool {
+        matches!(self, LockKind::Exclusive)
+    }
+}
+
 impl LockName {
     /// Validates a name.
     ///
@@ -115,6 +122,8 @@ impl fmt::Debug for LockName {
         fmt::Debug::fmt(&self.name, f)?;
         match &self.kind {
             LockKind::Exclusive => Ok(()),
+            // A candidate's value can be long: the kind is enough here.
+            LockKind::Leader(_) => f.write_str(" (Leader)"),
             kind => write!(f, " ({kind:?})"),
         }
     }

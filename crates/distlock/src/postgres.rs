@@ -382,6 +382,10 @@ impl Backend for PostgresBackend {
         SCHEME
     }
 
+    fn supports(&self, kind: &crate::LockKind) -> bool {
+        kind.is_exclusive()
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)

@@ -181,6 +181,10 @@ impl Backend for RedisBackend {
         self.scheme
     }
 
+    fn supports(&self, kind: &crate::LockKind) -> bool {
+        kind.is_exclusive()
+    }
+
     async fn ping(&self) -> Result<()> {
         let _: String = redis::cmd("PING")
             .query_async(&mut self.connection.clone())

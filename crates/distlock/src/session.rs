@@ -323,6 +323,10 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         D::SCHEME
     }
 
+    fn supports(&self, kind: &crate::LockKind) -> bool {
+        kind.is_exclusive()
+    }
+
     async fn ping(&self) -> Result<()> {
         self.shared.dialect.ping().await
     }

@@ -252,6 +252,10 @@ impl Backend for SqliteBackend {
         SCHEME
     }
 
+    fn supports(&self, kind: &crate::LockKind) -> bool {
+        kind.is_exclusive()
+    }
+
     async fn ping(&self) -> Result<()> {
         self.run("ping", |conn| query_row(conn, "SELECT 1", [], |_| Ok(())))
             .await

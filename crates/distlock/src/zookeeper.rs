@@ -541,20 +541,23 @@ impl Backend for ZooKeeperBackend {
                 Err(e) => Err(shared.err("force-unlock", e)),
             };
         }
+        // Every node that holds, in every recipe's line (all readers of a read-write lock).
         for _ in 0..ATTEMPTS {
-            let line = shared.queue(&session, &lock).await?;
-            let Some(first) = line.first() else {
+            let holders = recipes::holders(&shared.queue(&session, &lock).await?);
+            if holders.is_empty() {
                 return Ok(false);
-            };
-            match session
-                .client
-                .delete(&format!("{lock}/{first}"), None)
-                .await
-            {
-                Ok(()) => return Ok(true),
-                // Released meanwhile: the next in line holds it now.
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(shared.err("force-unlock", e)),
+            }
+            let mut freed = false;
+            for node in holders {
+                match session.client.delete(&format!("{lock}/{node}"), None).await {
+                    Ok(()) => freed = true,
+                    // Released meanwhile.
+                    Err(zk::Error::NoNode) => {}
+                    Err(e) => return Err(shared.err("force-unlock", e)),
+                }
+            }
+            if freed {
+                return Ok(true);
             }
         }
         Ok(false)

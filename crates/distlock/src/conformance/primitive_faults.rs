@@ -91,23 +91,24 @@ pub async fn promise4_multi_lock_lost_lease_reply_leaves_no_part(target: &Target
 
 /// Promise 4: a write whose wait for a reader's slot fails (its subscription fails) gives
 /// back the gate and every slot it took: once the reader leaves, another client writes
-/// promptly.
+/// promptly. Where the backend keeps the lock itself (ZooKeeper), the write's node is made by
+/// its attempt, whose reply is lost instead: the node must not stay in line.
 pub async fn promise4_failed_write_leaves_nothing(target: &Target) {
     let name = unique("rwlock_failed_write");
     let reader = client(target).await;
     let read = reader.rwlock(name.as_str()).unwrap().read().await.unwrap();
     let (locks, faulty) = faulty_client(target, ConnectOptions::new()).await;
-    faulty.set_times(Method::Subscribe, Fault::Fail(Duration::ZERO), 1);
-    let result = locks
-        .rwlock(name.as_str())
-        .unwrap()
+    let lock = locks.rwlock(name.as_str()).unwrap();
+    let (method, fault) = if lock.is_native() {
+        (Method::TryAcquire, Fault::LoseReply(Duration::ZERO))
+    } else {
+        (Method::Subscribe, Fault::Fail(Duration::ZERO))
+    };
+    faulty.set_times(method, fault, 1);
+    let result = lock
         .write_with(AcquireOptions::new().wait(Duration::from_secs(5)))
         .await;
-    assert_eq!(
-        faulty.faulted(Method::Subscribe),
-        1,
-        "the fault was never injected"
-    );
+    assert_eq!(faulty.faulted(method), 1, "the fault was never injected");
     assert!(
         result.is_err(),
         "a write was granted although a request failed"
@@ -119,6 +120,37 @@ pub async fn promise4_failed_write_leaves_nothing(target: &Target) {
         .unwrap()
         .write_with(AcquireOptions::new().wait(PROMPTLY))
         .await
-        .expect("the failed write left the gate or a slot held");
+        .expect("the failed write left the gate, a slot or its node held");
     write.release().await.unwrap();
+}
+
+/// Promise 4: a read whose first attempt's reply is lost (the gate's, or on ZooKeeper the
+/// reader's node: it took effect) fails or reads, and leaves nothing: another client writes
+/// promptly after it, while the faulty client stays connected.
+pub async fn promise4_read_lost_reply_leaves_nothing(target: &Target) {
+    let name = unique("rwlock_lost_read");
+    let (locks, faulty) = faulty_client(target, ConnectOptions::new()).await;
+    faulty.set_times(Method::TryAcquire, Fault::LoseReply(Duration::ZERO), 1);
+    let result = locks
+        .rwlock(name.as_str())
+        .unwrap()
+        .read_with(AcquireOptions::new().wait(PROMPTLY))
+        .await;
+    assert_eq!(
+        faulty.faulted(Method::TryAcquire),
+        1,
+        "the fault was never injected"
+    );
+    if let Ok(read) = result {
+        read.release().await.unwrap();
+    }
+    let other = client(target).await;
+    let write = other
+        .rwlock(name.as_str())
+        .unwrap()
+        .write_with(AcquireOptions::new().wait(PROMPTLY))
+        .await
+        .expect("the read whose reply was lost left a lock held");
+    write.release().await.unwrap();
+    drop(locks);
 }

@@ -121,13 +121,12 @@ pub async fn rwlock_queued_writer_blocks_new_readers(target: &Target) {
         "a write's token not above a read's"
     );
     // The writer holds every reader slot itself, not only the gate; in the backend's own
-    // layout, a mutex of the same name (Curator's `InterProcessMutex` on the same path)
-    // waits behind the writer.
+    // layout, another client's writer is refused.
     if lock.is_native() {
-        let mutex = other.mutex(name.as_str()).unwrap();
+        let writer = other.rwlock(name.as_str()).unwrap();
         assert!(
-            mutex.try_acquire().await.unwrap().is_none(),
-            "a mutex of the same name free beside a write"
+            writer.try_write().await.unwrap().is_none(),
+            "a second writer beside a write"
         );
     }
     for slot in (0..crate::READER_SLOTS).filter(|_| !lock.is_native()) {

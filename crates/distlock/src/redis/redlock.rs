@@ -257,6 +257,10 @@ impl Backend for RedlockBackend {
         SCHEME
     }
 
+    fn supports(&self, kind: &crate::LockKind) -> bool {
+        kind.is_exclusive()
+    }
+
     async fn ping(&self) -> Result<()> {
         self.ask_all(|m| async move { m.redis()?.ping().await })
             .await

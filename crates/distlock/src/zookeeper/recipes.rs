@@ -1,12 +1,14 @@
-//! The node kinds of Apache Curator's recipes, which can share one lock path: the mutex's
-//! `lock-`, the reader-writer lock's `__READ__` and `__WRIT__`, and the leader latch's
-//! `latch-`. Every kind is an ephemeral sequential child `_c_<uuid>-<marker><sequence>`; the
-//! sequence number, which the server counts per parent, orders them all in one line (as
-//! Curator's sorting drops the marker). Who waits for whom:
+//! The node kinds of Apache Curator's recipes: the mutex's `lock-`, the reader-writer lock's
+//! `__READ__` and `__WRIT__`, and the leader latch's `latch-`. Every kind is an ephemeral
+//! sequential child `_c_<uuid>-<marker><sequence>` of the lock's path. Each recipe lines up
+//! its own nodes only, by sequence number (Curator's sorting strips the recipe's own markers
+//! and leaves every other node behind them), so three families share a path without waiting
+//! for each other: the mutex's, the reader-writer lock's (readers and writers in one line),
+//! and the latch's. Within a line:
 //!
 //! * a reader holds once no writer (`__WRIT__`) is ahead of it, and watches the last writer
-//!   ahead of it (Curator's reader waits for the writers, never for other kinds);
-//! * every other kind holds when it is first in line, and watches the node just ahead.
+//!   ahead of it (readers never wait for readers);
+//! * every other kind holds when it is first in its line, and watches the node just ahead.
 //!
 //! A leader latch's node keeps the candidate's value as its data (Curator's participant id),
 //! so the first node in line names the leader.
@@ -61,7 +63,36 @@ fn is_writer(child: &str) -> bool {
     child.contains(WRITE)
 }
 
-/// The nodes among `children`, first in line first.
+/// The recipes whose nodes wait for each other.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Mutex,
+    ReadWrite,
+    Latch,
+}
+
+fn family_of(kind: &LockKind) -> Family {
+    match kind {
+        LockKind::Read | LockKind::Write => Family::ReadWrite,
+        LockKind::Leader(_) => Family::Latch,
+        _ => Family::Mutex,
+    }
+}
+
+fn family_of_child(child: &str) -> Option<Family> {
+    // A protected name's uuid is hex and hyphens: it holds no marker.
+    if child.contains(READ) || child.contains(WRITE) {
+        Some(Family::ReadWrite)
+    } else if child.contains(LATCH) {
+        Some(Family::Latch)
+    } else if child.contains(LOCK) {
+        Some(Family::Mutex)
+    } else {
+        None
+    }
+}
+
+/// The nodes of every recipe among `children`, by sequence number.
 pub(super) fn queue(children: Vec<String>) -> Vec<String> {
     let mut nodes: Vec<(u64, String)> = children
         .into_iter()
@@ -69,6 +100,38 @@ pub(super) fn queue(children: Vec<String>) -> Vec<String> {
         .collect();
     nodes.sort_unstable();
     nodes.into_iter().map(|(_, child)| child).collect()
+}
+
+/// The line a node of `kind` stands in: the nodes of its recipe in `all` (a [`queue`]).
+pub(super) fn line(kind: &LockKind, all: Vec<String>) -> Vec<String> {
+    let family = family_of(kind);
+    all.into_iter()
+        .filter(|child| family_of_child(child) == Some(family))
+        .collect()
+}
+
+/// The nodes that hold now, in every recipe's line of `all` (a [`queue`]): the first of the
+/// mutex's and the latch's lines; the first writer of the reader-writer line if it is first,
+/// else every reader ahead of its first writer.
+pub(super) fn holders(all: &[String]) -> Vec<String> {
+    let mut holders = Vec::new();
+    for family in [Family::Mutex, Family::Latch] {
+        if let Some(first) = all.iter().find(|c| family_of_child(c) == Some(family)) {
+            holders.push(first.clone());
+        }
+    }
+    let mut read_write = all
+        .iter()
+        .filter(|c| family_of_child(c) == Some(Family::ReadWrite));
+    match read_write.next() {
+        Some(first) if is_writer(first) => holders.push(first.clone()),
+        Some(first) => {
+            holders.push(first.clone());
+            holders.extend(read_write.take_while(|c| !is_writer(c)).cloned());
+        }
+        None => {}
+    }
+    holders
 }
 
 /// The index of the node that the node of `kind` at `at` in `line` waits for; `None` when it
@@ -94,13 +157,24 @@ pub(super) fn last_blocker(kind: &LockKind, blocker: usize) -> bool {
 }
 
 impl Shared {
+    /// The line a node of `kind` stands in under `lock`, first first; empty when the lock
+    /// node is gone.
+    pub(super) async fn line(
+        &self,
+        session: &Session,
+        lock: &str,
+        kind: &LockKind,
+    ) -> Result<Vec<String>> {
+        Ok(line(kind, self.queue(session, lock).await?))
+    }
+
     /// The first candidate in line of a leader latch: its creation zxid as the term, its data
     /// as the value, its node's name as the holder.
     pub(super) async fn read_leader(&self, name: &LockName) -> Result<Option<Published>> {
         let session = self.session();
         let lock = lock_path(&self.url.base, name.as_str());
         for _ in 0..ATTEMPTS {
-            let line = self.queue(&session, &lock).await?;
+            let line = self.line(&session, &lock, name.kind()).await?;
             let Some(first) = line.first() else {
                 return Ok(None);
             };
@@ -122,13 +196,13 @@ impl Shared {
 mod tests {
     use super::*;
 
-    fn line(children: &[&str]) -> Vec<String> {
+    fn sorted(children: &[&str]) -> Vec<String> {
         queue(children.iter().map(|c| c.to_string()).collect())
     }
 
     #[test]
-    fn every_kind_shares_one_line_by_sequence() {
-        let l = line(&[
+    fn every_kind_sorts_by_sequence_and_each_recipe_has_its_line() {
+        let l = sorted(&[
             "_c_b-__WRIT__0000000003",
             "_c_a-lock-0000000002",
             "other",
@@ -144,11 +218,46 @@ mod tests {
                 "_c_d-latch-0000000004"
             ]
         );
+        assert_eq!(
+            line(&LockKind::Write, l.clone()),
+            ["_c_c-__READ__0000000001", "_c_b-__WRIT__0000000003"]
+        );
+        assert_eq!(
+            line(&LockKind::Exclusive, l.clone()),
+            ["_c_a-lock-0000000002"]
+        );
+        assert_eq!(
+            line(&LockKind::Leader("v".into()), l.clone()),
+            ["_c_d-latch-0000000004"]
+        );
+        assert_eq!(
+            holders(&l),
+            [
+                "_c_a-lock-0000000002",
+                "_c_d-latch-0000000004",
+                "_c_c-__READ__0000000001"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_reader_ahead_of_the_first_writer_holds() {
+        let l = sorted(&[
+            "_c_a-__READ__0000000001",
+            "_c_b-__READ__0000000002",
+            "_c_c-__WRIT__0000000003",
+            "_c_d-__READ__0000000004",
+        ]);
+        assert_eq!(
+            holders(&l),
+            ["_c_a-__READ__0000000001", "_c_b-__READ__0000000002"]
+        );
+        assert_eq!(holders(&l[2..]), ["_c_c-__WRIT__0000000003"]);
     }
 
     #[test]
     fn readers_wait_only_for_writers_ahead() {
-        let l = line(&[
+        let l = sorted(&[
             "_c_a-__READ__0000000001",
             "_c_b-__WRIT__0000000002",
             "_c_c-__READ__0000000003",

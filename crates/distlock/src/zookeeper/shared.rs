@@ -198,7 +198,8 @@ impl Shared {
         }
     }
 
-    /// The lock nodes of `lock`, first in line first; empty when the lock node is gone.
+    /// The nodes of every recipe under `lock`, by sequence number; empty when the lock node
+    /// is gone.
     pub(super) async fn queue(&self, session: &Session, lock: &str) -> Result<Vec<String>> {
         match session.client.list_children(lock).await {
             Ok(children) => Ok(queue(children)),
@@ -354,7 +355,10 @@ impl Shared {
         // A failed look (a lost connection) is no answer: the attempt goes on to queue, which
         // handles a lost connection.
         if waiter.is_none()
-            && matches!(self.queue(&session, &lock).await, Ok(line) if recipes::would_wait(name.kind(), &line))
+            && matches!(
+                self.line(&session, &lock, name.kind()).await,
+                Ok(line) if recipes::would_wait(name.kind(), &line)
+            )
         {
             return Ok(Acquired::Held { ttl: None });
         }
@@ -388,7 +392,7 @@ impl Shared {
                 node
             }
         };
-        let line = match self.queue(&session, &lock).await {
+        let line = match self.line(&session, &lock, name.kind()).await {
             Ok(line) => line,
             Err(error) => {
                 // A waiter's node stays queued for its next attempt; a one-off attempt's

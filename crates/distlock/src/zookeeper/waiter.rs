@@ -81,7 +81,7 @@ impl ReleaseWaiter for SequentialWaiter {
             };
             let shared = self.shared.clone();
             let session = shared.session();
-            let line = match shared.queue(&session, &self.lock).await {
+            let line = match shared.line(&session, &self.lock, self.name.kind()).await {
                 Ok(line) => line,
                 Err(error) => {
                     tracing::debug!(%error, "listing the queue failed");

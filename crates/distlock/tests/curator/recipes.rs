@@ -147,6 +147,17 @@ async fn promise1_curator_and_distlock_read_write_locks_exclude_each_other() {
         "timeout",
         "Curator wrote while distlock writes"
     );
+    // A mutex of the same name stands in another line (as Curator's `InterProcessMutex`
+    // does): free beside the write, and no deadlock for a writer that also takes it.
+    let mutex = setup.locks.mutex(setup.name).unwrap();
+    let beside = mutex.try_acquire().await.unwrap();
+    assert!(
+        beside.is_some(),
+        "a mutex of the same name waited for the writer"
+    );
+    if let Some(guard) = beside {
+        guard.release().await.unwrap();
+    }
     curator.send(&format!("write-acquire {path} 20000"));
     until_in_line(&setup, "__WRIT__", 2).await;
     assert!(
@@ -251,6 +262,16 @@ async fn promise1_curator_leader_latch_and_distlock_election_exclude_each_other(
         (leader.term, leader.value.as_str()),
         (leadership.term(), "distlock")
     );
+    // A mutex of the same name stands in another line (as Curator's mutex and latch do).
+    let mutex = setup.locks.mutex(setup.name).unwrap();
+    let beside = mutex.try_acquire().await.unwrap();
+    assert!(
+        beside.is_some(),
+        "a mutex of the same name waited for the leader"
+    );
+    if let Some(guard) = beside {
+        guard.release().await.unwrap();
+    }
     let nodes = line(&setup).await;
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     assert!(named_as_curator(&nodes[0], "latch-"), "{nodes:?}");
