@@ -89,8 +89,9 @@ impl Locks {
         crate::MultiLock::new(self.inner.clone(), names)
     }
 
-    /// A handle on the leader election `name`; its leader holds the mutex `<name>#leader`.
-    /// Cheap: nothing is sent to the backend.
+    /// A handle on the leader election `name`; its leader holds the mutex `<name>#leader`, or
+    /// on ZooKeeper and etcd leads the servers' own election recipe on `<name>` (see
+    /// [`Election`](crate::Election)). Cheap: nothing is sent to the backend.
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad name, or one too long for

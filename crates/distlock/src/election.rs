@@ -165,13 +165,15 @@ impl Election {
     }
 
     /// Waits, without a limit, to lead; publishes `value` (at most
-    /// [`MAX_PUBLISHED_VALUE`] bytes) as the leader's. Held with the client's renewed lease.
+    /// [`MAX_PUBLISHED_VALUE`] bytes) as the leader's (in the backend's own layout the value
+    /// is stored with the candidate's place in line instead). Held with the client's renewed
+    /// lease.
     ///
     /// # Notable errors
     /// - [`Error::InvalidInput`] for a value over [`MAX_PUBLISHED_VALUE`] bytes.
     /// - [`Error::LockLost`] when a larger term was published before this one: the
     ///   leadership ended before it could begin (its mutex was lost meanwhile). Nothing is
-    ///   held.
+    ///   held. (Not in the backend's own layout, where nothing is published.)
     /// - [`Error::Backend`] when the backend fails; nothing is kept (a publish that failed
     ///   is withdrawn and the mutex released in the background).
     ///
@@ -281,11 +283,12 @@ impl Election {
     }
 
     /// Who leads now: the published record while the election's mutex is held, `None` while
-    /// nobody holds it. Where the backend tells the holder's fencing token (memory, SQLite,
-    /// Redis, Redlock), the record must also be the holder's (its term the token): a new
-    /// leader that has not published yet shows as `None`. Elsewhere (ZooKeeper, etcd,
-    /// PostgreSQL, MySQL) it may name the previous leader until the new one publishes (about a
-    /// round trip, unless the new leader stalls before publishing; then until its mutex
+    /// nobody holds it; in the backend's own layout, the first candidate in line (see the
+    /// type's docs), `None` while nobody stands in line. Where the backend tells the holder's
+    /// fencing token (memory, SQLite, Redis, Redlock), the record must also be the holder's
+    /// (its term the token): a new leader that has not published yet shows as `None`. On
+    /// PostgreSQL and MySQL it may name the previous leader until the new one publishes (about
+    /// a round trip, unless the new leader stalls before publishing; then until its mutex
     /// frees); the term tells which is newer.
     ///
     /// # Notable errors

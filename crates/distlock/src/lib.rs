@@ -72,11 +72,14 @@
 //!
 //! # Beyond the mutex
 //!
-//! Every backend also offers, built on its mutex (so each has leases, renewal, loss and
+//! Every backend also offers, on the same core (so each has leases, renewal, loss and
 //! fencing tokens): a [`Semaphore`] ([`Locks::semaphore`]), a reader-writer lock
 //! ([`RwLock`], [`Locks::rwlock`]), several locks taken all or nothing ([`MultiLock`],
 //! [`Locks::multi_lock`]), and leader election ([`Election`], [`Locks::election`]) whose
-//! term is a fencing token. `docs/primitives/` says how each is built and what it costs.
+//! term is a fencing token. Most are built on the backend's mutex; ZooKeeper keeps the
+//! reader-writer lock and the election in Apache Curator's layouts and etcd the election in
+//! that of its Go client, so Java and Go services share them. `docs/primitives/` says how each
+//! is built and what it costs.
 //!
 //! # Ownership, leases and loss
 //!

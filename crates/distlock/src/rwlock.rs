@@ -21,9 +21,18 @@ use crate::semaphore::Semaphore;
 pub const READER_SLOTS: u32 = 16;
 
 /// A reader-writer lock, made by [`Locks::rwlock`](crate::Locks::rwlock): any number of
-/// readers (up to [`READER_SLOTS`]) or one writer.
+/// readers (up to [`READER_SLOTS`], except on ZooKeeper) or one writer.
 ///
-/// # How it works
+/// # On ZooKeeper: Curator's layout
+/// On `zk://` ([`RwLock::is_native`]) readers and writers are the `__READ__` and `__WRIT__`
+/// sequential nodes of Apache Curator's `InterProcessReadWriteLock` under the path of
+/// `<name>`, in one line: a writer holds when first, a reader when no writer is ahead of it.
+/// A queued writer blocks later readers; each grant's token is its node's creation zxid, so a
+/// write's token is larger than every read's granted before it and smaller than every read's
+/// granted after it (readers holding together have different tokens). No reader limit; the
+/// slots below are not used. Java services using Curator on the same path share the lock.
+///
+/// # How it works elsewhere
 /// Two kinds of lock names: a gate, `<name>#gate`, and [`READER_SLOTS`] reader slots,
 /// `<name>#reader-<i>`. A reader takes the gate, then one free reader slot, and lets the gate
 /// go; it holds only its slot. A writer takes the gate and then every reader slot, and holds
@@ -106,13 +115,15 @@ impl RwLock {
     /// [`Error::Backend`] when the backend fails.
     ///
     /// # Cancel safety
-    /// Cancel safe: the gate and the slot acquisitions are, and a dropped read leaves neither.
+    /// Cancel safe: the gate and the slot acquisitions are, and a dropped read leaves neither
+    /// (on ZooKeeper: a dropped read leaves no node).
     pub async fn read(&self) -> Result<ReadGuard> {
         self.read_with(AcquireOptions::new()).await
     }
 
     /// Tries once: `None` when a writer holds or waits for the lock, every reader slot is
-    /// taken, or another reader or writer is passing the gate at this moment.
+    /// taken, or another reader or writer is passing the gate at this moment (on ZooKeeper:
+    /// when a writer holds or waits).
     ///
     /// # Cancel safety
     /// Cancel safe, as [`RwLock::read`].
@@ -144,12 +155,14 @@ impl RwLock {
     /// [`Error::Backend`] when the backend fails.
     ///
     /// # Cancel safety
-    /// Cancel safe: a dropped write gives back the gate and every slot it had taken.
+    /// Cancel safe: a dropped write gives back the gate and every slot it had taken (on
+    /// ZooKeeper: its node).
     pub async fn write(&self) -> Result<WriteGuard> {
         self.write_with(AcquireOptions::new()).await
     }
 
-    /// Tries once: `None` when anyone holds or waits at the gate or holds a read lock.
+    /// Tries once: `None` when anyone holds or waits at the gate or holds a read lock (on
+    /// ZooKeeper: when anyone holds or waits).
     ///
     /// # Cancel safety
     /// Cancel safe, as [`RwLock::write`].
@@ -159,7 +172,7 @@ impl RwLock {
     }
 
     /// The write lock with a wait limit and/or a fixed lease (for the gate and every slot,
-    /// from the moment all are held).
+    /// from the moment all are held; on ZooKeeper for its node).
     ///
     /// # Notable errors
     /// As [`RwLock::read_with`].
@@ -298,13 +311,14 @@ pub struct ReadGuard {
 }
 
 impl ReadGuard {
-    /// The gate's token of this read: larger than every write's granted before it, smaller
-    /// than every write's granted after it.
+    /// The gate's token of this read (on ZooKeeper: its node's): larger than every write's
+    /// granted before it, smaller than every write's granted after it.
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }
 
-    /// The reader slot held, a lock of its own (its lease, renewal, and loss).
+    /// The reader slot held (on ZooKeeper: the reader's node), a lock of its own (its lease,
+    /// renewal, and loss).
     pub fn slot(&self) -> &Guard {
         &self.slot
     }
