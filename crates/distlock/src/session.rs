@@ -36,7 +36,7 @@ use crate::backend::{
     SessionStatus, Woken,
 };
 use crate::error::{Error, Result};
-use crate::name::LockName;
+use crate::name::{LockKind, LockName};
 
 mod background;
 mod conns;
@@ -75,6 +75,29 @@ const IDLE_KEPT: usize = 16;
 /// waiting statements wait for can still take another).
 pub(crate) const MAX_WAITING_CONNECTIONS: usize = 16;
 
+/// How the client's state names a grant: the lock name, and for a reader also its owner
+/// (readers of one client hold one name together, each on a session of its own).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct HeldKey {
+    name: LockName,
+    reader: Option<Owner>,
+}
+
+impl HeldKey {
+    fn of(name: &LockName, owner: &Owner) -> Self {
+        HeldKey {
+            name: name.clone(),
+            reader: matches!(name.kind(), LockKind::Read).then(|| owner.clone()),
+        }
+    }
+}
+
+impl fmt::Display for HeldKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.name, f)
+    }
+}
+
 /// What one database says to lock, unlock and look at session locks. Implemented by the
 /// PostgreSQL and MySQL backends; not for use outside this crate.
 #[async_trait]
@@ -86,7 +109,10 @@ pub trait Dialect: Send + Sync + 'static {
     /// The URL scheme, for errors.
     const SCHEME: &'static str;
 
-    /// The server's name for a lock.
+    /// True when the database keeps locks of `kind` ([`Backend::supports`]); the key of such
+    /// a name ([`Dialect::key`]) says its mode to every statement.
+    fn keeps(kind: &LockKind) -> bool;
+    /// The server's name for a lock (with its mode, where the database has several).
     fn key(name: &LockName) -> Self::Key;
     /// Opens a session and tells its id (for cancel and terminate).
     async fn open(&self) -> Result<(Self::Conn, u64)>;
@@ -159,17 +185,17 @@ struct Held<D: Dialect> {
 
 /// A lock to unlock in the background: its connection, its key, and its name when its lease
 /// ended (see `State::ending`).
-type Unlock<D> = (Arc<LockConn<D>>, <D as Dialect>::Key, Option<LockName>);
+type Unlock<D> = (Arc<LockConn<D>>, <D as Dialect>::Key, Option<HeldKey>);
 
 struct State<D: Dialect> {
-    held: HashMap<LockName, Held<D>>,
+    held: HashMap<HeldKey, Held<D>>,
     /// Names being asked for by one owner of this client right now.
-    pending: HashSet<LockName>,
+    pending: HashSet<HeldKey>,
     /// Locks to unlock in the background (lease ended: with its name; abandoned grant).
     unlock: Vec<Unlock<D>>,
     /// Names whose lease ended and which the reaper is unlocking right now: still held by
     /// our connection on the server, but no longer by their owner.
-    ending: HashSet<LockName>,
+    ending: HashSet<HeldKey>,
 }
 
 impl<D: Dialect> Default for State<D> {
@@ -248,9 +274,9 @@ impl<D: Dialect> Shared<D> {
 
     /// True while the reaper unlocks `name` after its lease ended and no other owner of this
     /// client holds it yet: the server's lock is not anyone's then.
-    fn lease_ending(&self, name: &LockName) -> bool {
+    fn lease_ending(&self, key: &HeldKey) -> bool {
         let state = self.state();
-        state.ending.contains(name) && !state.held.contains_key(name)
+        state.ending.contains(key) && !state.held.contains_key(key)
     }
 
     async fn primary(&self) -> Result<Arc<LockConn<D>>> {
@@ -309,7 +335,7 @@ impl<D: Dialect> Shared<D> {
 }
 
 /// A lock the watcher looks at: its name, its server key and its grant's token.
-type Watched<D> = (LockName, <D as Dialect>::Key, u64);
+type Watched<D> = (HeldKey, <D as Dialect>::Key, u64);
 /// One lock connection and the keys to ask it about.
 type ConnKeys<D> = (Arc<LockConn<D>>, Vec<<D as Dialect>::Key>);
 /// One lock connection and the keys it answered it holds.
@@ -323,8 +349,8 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         D::SCHEME
     }
 
-    fn supports(&self, kind: &crate::LockKind) -> bool {
-        kind.is_exclusive()
+    fn supports(&self, kind: &LockKind) -> bool {
+        D::keeps(kind)
     }
 
     async fn ping(&self) -> Result<()> {
@@ -338,9 +364,10 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         lease: Duration,
     ) -> Result<Acquired> {
         let shared = &self.shared;
+        let slot = HeldKey::of(name, owner);
         {
             let mut state = shared.state();
-            if let Some(held) = state.held.get_mut(name) {
+            if let Some(held) = state.held.get_mut(&slot) {
                 if &held.owner != owner {
                     return Ok(Acquired::Held { ttl: None });
                 }
@@ -351,7 +378,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                     holds: held.holds,
                 });
             }
-            if !state.pending.insert(name.clone()) {
+            if !state.pending.insert(slot.clone()) {
                 // Another owner of this client is asking right now.
                 return Ok(Acquired::Held {
                     ttl: Some(Duration::from_millis(1)),
@@ -359,8 +386,16 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             }
         }
         let key = D::key(name);
+        // A reader's or writer's lock takes a session of its own: a session never conflicts
+        // with itself, so a reader and a writer (or a mutex) of one name on one session would
+        // both be granted.
+        let own_session = !name.kind().is_exclusive();
         let outcome = async {
-            let conn = shared.primary().await?;
+            let conn = if own_session {
+                shared.idle_or_new().await?
+            } else {
+                shared.primary().await?
+            };
             let token = {
                 let mut c = conn.conn.lock().await;
                 shared.dialect.try_lock(&mut c, &key, name).await
@@ -368,8 +403,11 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             match token {
                 Ok(token) => Ok((conn, token)),
                 Err(error) => {
-                    // The lock may have been taken before the statement failed.
-                    let _ = shared.unlock(&conn, &key).await;
+                    // The lock may have been taken before the statement failed. An own
+                    // session that cannot say is dropped (closing it frees it).
+                    if shared.unlock(&conn, &key).await.is_ok() && own_session {
+                        shared.to_idle(conn.clone());
+                    }
                     shared.drop_primary(&conn).await;
                     Err(error)
                 }
@@ -377,13 +415,17 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         }
         .await;
         let mut state = shared.state();
-        state.pending.remove(name);
+        state.pending.remove(&slot);
         let (conn, token) = outcome?;
         let Some(token) = token else {
+            if own_session {
+                drop(state);
+                shared.to_idle(conn);
+            }
             return Ok(Acquired::Held { ttl: None });
         };
         state.held.insert(
-            name.clone(),
+            slot,
             Held {
                 owner: owner.clone(),
                 holds: 1,
@@ -418,9 +460,10 @@ impl<D: Dialect> Backend for SessionBackend<D> {
 
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
         let shared = &self.shared;
+        let slot = HeldKey::of(name, owner);
         let taken = {
             let mut state = shared.state();
-            match state.held.get_mut(name) {
+            match state.held.get_mut(&slot) {
                 Some(held) if &held.owner == owner => {
                     if held.holds > 1 {
                         held.holds -= 1;
@@ -428,14 +471,14 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                             remaining_holds: held.holds,
                         });
                     }
-                    state.held.remove(name)
+                    state.held.remove(&slot)
                 }
                 Some(_) => return Ok(Released::HeldByOther),
                 None => None,
             }
         };
         let Some(held) = taken else {
-            if shared.lease_ending(name) {
+            if shared.lease_ending(&slot) {
                 // Its lease ended; the reaper is unlocking it.
                 return Ok(Released::NotHeld);
             }
@@ -457,17 +500,18 @@ impl<D: Dialect> Backend for SessionBackend<D> {
     async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
         let shared = &self.shared;
         let start = Instant::now();
+        let slot = HeldKey::of(name, owner);
         if shared.alive(name, owner).await? {
-            if let Some(held) = shared.state().held.get_mut(name) {
+            if let Some(held) = shared.state().held.get_mut(&slot) {
                 held.expires_at = start + lease;
             }
             shared.reaper.notify_one();
             return Ok(Extended::Extended);
         }
-        if shared.lease_ending(name) {
+        if shared.lease_ending(&slot) {
             return Ok(Extended::NotHeld);
         }
-        let other = shared.state().held.contains_key(name) || shared.is_locked(name).await?;
+        let other = shared.state().held.contains_key(&slot) || shared.is_locked(name).await?;
         Ok(if other {
             Extended::HeldByOther
         } else {
@@ -483,7 +527,8 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         Ok(locks
             .iter()
             .map(|(name, owner)| {
-                let Some(held) = state.held.get_mut(name).filter(|h| &h.owner == owner) else {
+                let slot = HeldKey::of(name, owner);
+                let Some(held) = state.held.get_mut(&slot).filter(|h| &h.owner == owner) else {
                     return false;
                 };
                 let ok = alive
@@ -492,7 +537,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                 if ok {
                     held.expires_at = start + lease;
                 } else {
-                    state.held.remove(name);
+                    state.held.remove(&slot);
                 }
                 ok
             })
@@ -511,7 +556,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         Ok(shared
             .state()
             .held
-            .get(name)
+            .get(&HeldKey::of(name, owner))
             .filter(|held| &held.owner == owner)
             .map_or(0, |held| held.holds))
     }
@@ -541,7 +586,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             .map(|(name, owner)| {
                 state
                     .held
-                    .get(name)
+                    .get(&HeldKey::of(name, owner))
                     .filter(|h| &h.owner == owner)
                     .is_some_and(|held| {
                         alive.iter().any(|(conn, keys)| {

@@ -160,3 +160,110 @@ async fn promise2_a_killed_lock_connection_fires_lost_for_every_lease() {
     assert!(again.fencing_token() > fixed.fencing_token());
     again.release().await.unwrap();
 }
+
+/// The sessions holding the advisory key of `name`, with their mode (`ShareLock` or
+/// `ExclusiveLock`).
+async fn advisory_holders(admin: &sqlx::PgPool, name: &str) -> Vec<(i32, String)> {
+    sqlx::query_as(
+        "SELECT pid, mode FROM pg_locks
+         WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+           AND ((classid::bigint << 32) | objid::bigint) = $1
+         ORDER BY pid",
+    )
+    .bind(distlock::postgres::advisory_key(name))
+    .fetch_all(admin)
+    .await
+    .unwrap()
+}
+
+/// Promise 1 for reader-writer locks on PostgreSQL's own shared advisory locks: readers of
+/// one client hold the name's key in shared mode on sessions of their own (together), a writer
+/// holds it in exclusive mode on one session; a plain connection taking the key in exclusive
+/// mode excludes distlock's readers and one taking it in shared mode excludes its writer; and
+/// a mutex and a reader-writer lock of one name in one client exclude each other (a session
+/// never conflicts with itself, so they must not share one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_rwlocks_are_postgres_shared_advisory_locks() {
+    use sqlx::Connection;
+    let url = advisory();
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    let locks = distlock::connect(&url).await.unwrap();
+    let name = format!("pg-rwlock-{}", uuid::Uuid::new_v4().simple());
+    let rwlock = locks.rwlock(name.as_str()).unwrap();
+    assert!(
+        rwlock.is_native(),
+        "PostgreSQL advisory locks keep reader-writer locks"
+    );
+
+    let reads = [rwlock.read().await.unwrap(), rwlock.read().await.unwrap()];
+    let holders = advisory_holders(&admin, &name).await;
+    assert_eq!(holders.len(), 2, "{holders:?}");
+    assert!(
+        holders.iter().all(|(_, mode)| mode == "ShareLock"),
+        "{holders:?}"
+    );
+    assert!(reads[1].fencing_token() > reads[0].fencing_token());
+    let mut plain = sqlx::PgConnection::connect(&url).await.unwrap();
+    let key = distlock::postgres::advisory_key(&name);
+    let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
+        .bind(key)
+        .fetch_one(&mut plain)
+        .await
+        .unwrap();
+    assert!(!got, "an exclusive advisory lock beside distlock's readers");
+    let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock_shared($1)")
+        .bind(key)
+        .fetch_one(&mut plain)
+        .await
+        .unwrap();
+    assert!(
+        got,
+        "a shared advisory lock refused beside distlock's readers"
+    );
+    let [first, second] = reads;
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    assert!(
+        rwlock.try_write().await.unwrap().is_none(),
+        "distlock wrote beside a plain shared advisory lock"
+    );
+    let (_,): (bool,) = sqlx::query_as("SELECT pg_advisory_unlock_shared($1)")
+        .bind(key)
+        .fetch_one(&mut plain)
+        .await
+        .unwrap();
+
+    let write = rwlock.write().await.unwrap();
+    let holders = advisory_holders(&admin, &name).await;
+    assert_eq!(holders.len(), 1, "a write holds one session: {holders:?}");
+    assert_eq!(holders[0].1, "ExclusiveLock");
+    let mutex = locks.mutex(name.as_str()).unwrap();
+    assert!(
+        mutex.try_acquire().await.unwrap().is_none(),
+        "a mutex of the same name beside a write of the same client"
+    );
+    write.release().await.unwrap();
+    let guard = mutex.acquire().await.unwrap();
+    assert!(
+        rwlock.try_read().await.unwrap().is_none(),
+        "a read beside a mutex of the same name of the same client"
+    );
+    assert!(
+        rwlock.try_write().await.unwrap().is_none(),
+        "a write beside a mutex of the same name of the same client"
+    );
+    guard.release().await.unwrap();
+    let read = rwlock
+        .try_read()
+        .await
+        .unwrap()
+        .expect("a read once all is free");
+    read.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !advisory_holders(&admin, &name).await.is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a session still holds the key after every release");
+}

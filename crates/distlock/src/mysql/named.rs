@@ -118,6 +118,11 @@ impl MySqlNamed {
 impl Dialect for MySqlNamed {
     type Conn = MySqlConnection;
     type Key = String;
+
+    fn keeps(kind: &crate::LockKind) -> bool {
+        // MySQL's named locks have one mode: a reader-writer lock is built on them.
+        kind.is_exclusive()
+    }
     const SCHEME: &'static str = SCHEME;
 
     fn key(name: &LockName) -> String {

@@ -5,7 +5,11 @@
 //! * Try: `pg_try_advisory_lock`, in one statement with the fencing counter's bump.
 //! * Wait: `pg_advisory_lock` with `lock_timeout` set to the time the waiter may wait
 //!   (SQLSTATE 55P03 when it runs out).
-//! * Check: `pg_locks`, filtered to the session's own granted advisory locks.
+//! * Readers of a reader-writer lock take the same key in shared mode
+//!   (`pg_try_advisory_lock_shared`, `pg_advisory_lock_shared`), writers in exclusive mode;
+//!   the server's lock queue makes a reader wait behind a writer that waits.
+//! * Check: `pg_locks`, filtered to the session's own granted advisory locks (with their
+//!   mode).
 //! * Cancel and terminate: `pg_cancel_backend` and `pg_terminate_backend` by the session's pid.
 
 use std::collections::HashSet;
@@ -17,7 +21,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 
 use crate::backend::Published;
 use crate::error::Result;
-use crate::name::LockName;
+use crate::name::{LockKind, LockName};
 use crate::session::{Dialect, SessionBackend};
 
 use super::{SCHEME, db_error, token_u64};
@@ -32,15 +36,27 @@ INSERT INTO distlock_fencing AS f (name, last_token) SELECT $2, 1 FROM l WHERE l
 ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
 RETURNING last_token";
 
+const TRY_LOCK_SHARED: &str = "
+WITH l AS (SELECT pg_try_advisory_lock_shared($1) AS got)
+INSERT INTO distlock_fencing AS f (name, last_token) SELECT $2, 1 FROM l WHERE l.got
+ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
+RETURNING last_token";
+
 const BLOCKING_LOCK: &str = "
 WITH l AS (SELECT pg_advisory_lock($1))
 INSERT INTO distlock_fencing AS f (name, last_token) SELECT $2, 1 FROM l
 ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
 RETURNING last_token";
 
-/// The advisory keys (bigint form) this session holds.
+const BLOCKING_LOCK_SHARED: &str = "
+WITH l AS (SELECT pg_advisory_lock_shared($1))
+INSERT INTO distlock_fencing AS f (name, last_token) SELECT $2, 1 FROM l
+ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
+RETURNING last_token";
+
+/// The advisory keys (bigint form) this session holds, and whether in shared mode.
 const MY_KEYS: &str = "
-SELECT (classid::bigint << 32) | objid::bigint FROM pg_locks
+SELECT (classid::bigint << 32) | objid::bigint, mode = 'ShareLock' FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pid()";
 
 /// The sessions holding `key`.
@@ -54,6 +70,15 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND granted
 /// names collide with a chance of about n²/2⁶⁵ for n names in use at once.
 pub fn advisory_key(name: &str) -> i64 {
     i64::from_ne_bytes(crate::session::fnv1a64(name).to_ne_bytes())
+}
+
+/// An advisory lock as the server names it: its key, and its mode (shared for a reader of a
+/// reader-writer lock, exclusive otherwise).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AdvisoryLock {
+    key: i64,
+    shared: bool,
 }
 
 /// The PostgreSQL side of session locks: connection options for lock connections and a pool
@@ -75,11 +100,18 @@ impl PgAdvisoryBackend {
 #[async_trait]
 impl Dialect for PgAdvisory {
     type Conn = PgConnection;
-    type Key = i64;
+    type Key = AdvisoryLock;
     const SCHEME: &'static str = SCHEME;
 
-    fn key(name: &LockName) -> i64 {
-        advisory_key(name.as_str())
+    fn keeps(kind: &LockKind) -> bool {
+        matches!(kind, LockKind::Exclusive | LockKind::Read | LockKind::Write)
+    }
+
+    fn key(name: &LockName) -> AdvisoryLock {
+        AdvisoryLock {
+            key: advisory_key(name.as_str()),
+            shared: matches!(name.kind(), LockKind::Read),
+        }
     }
 
     async fn open(&self) -> Result<(PgConnection, u64)> {
@@ -96,11 +128,16 @@ impl Dialect for PgAdvisory {
     async fn try_lock(
         &self,
         conn: &mut PgConnection,
-        key: &i64,
+        key: &AdvisoryLock,
         name: &LockName,
     ) -> Result<Option<u64>> {
-        let token: Option<(i64,)> = sqlx::query_as(TRY_LOCK)
-            .bind(key)
+        let sql = if key.shared {
+            TRY_LOCK_SHARED
+        } else {
+            TRY_LOCK
+        };
+        let token: Option<(i64,)> = sqlx::query_as(sql)
+            .bind(key.key)
             .bind(name.as_str())
             .fetch_optional(conn)
             .await
@@ -111,18 +148,23 @@ impl Dialect for PgAdvisory {
     async fn lock_waiting(
         &self,
         conn: &mut PgConnection,
-        key: &i64,
+        key: &AdvisoryLock,
         name: &LockName,
         max: Duration,
     ) -> Result<Option<u64>> {
+        let sql = if key.shared {
+            BLOCKING_LOCK_SHARED
+        } else {
+            BLOCKING_LOCK
+        };
         let timeout_ms = max.as_millis().clamp(1, i32::MAX as u128).to_string();
         sqlx::query("SELECT set_config('lock_timeout', $1, false)")
             .bind(&timeout_ms)
             .execute(&mut *conn)
             .await
             .map_err(db_error("wait for the lock"))?;
-        let result: std::result::Result<(i64,), sqlx::Error> = sqlx::query_as(BLOCKING_LOCK)
-            .bind(key)
+        let result: std::result::Result<(i64,), sqlx::Error> = sqlx::query_as(sql)
+            .bind(key.key)
             .bind(name.as_str())
             .fetch_one(&mut *conn)
             .await;
@@ -141,9 +183,14 @@ impl Dialect for PgAdvisory {
         }
     }
 
-    async fn unlock(&self, conn: &mut PgConnection, key: &i64) -> Result<bool> {
-        let (unlocked,): (bool,) = sqlx::query_as("SELECT pg_advisory_unlock($1)")
-            .bind(key)
+    async fn unlock(&self, conn: &mut PgConnection, key: &AdvisoryLock) -> Result<bool> {
+        let sql = if key.shared {
+            "SELECT pg_advisory_unlock_shared($1)"
+        } else {
+            "SELECT pg_advisory_unlock($1)"
+        };
+        let (unlocked,): (bool,) = sqlx::query_as(sql)
+            .bind(key.key)
             .fetch_one(conn)
             .await
             .map_err(db_error("unlock"))?;
@@ -158,17 +205,24 @@ impl Dialect for PgAdvisory {
             .map_err(db_error("unlock"))
     }
 
-    async fn held(&self, conn: &mut PgConnection, _keys: &[i64]) -> Result<HashSet<i64>> {
-        let keys: Vec<(i64,)> = sqlx::query_as(MY_KEYS)
+    async fn held(
+        &self,
+        conn: &mut PgConnection,
+        _keys: &[AdvisoryLock],
+    ) -> Result<HashSet<AdvisoryLock>> {
+        let keys: Vec<(i64, bool)> = sqlx::query_as(MY_KEYS)
             .fetch_all(conn)
             .await
             .map_err(db_error("check held locks"))?;
-        Ok(keys.into_iter().map(|(key,)| key).collect())
+        Ok(keys
+            .into_iter()
+            .map(|(key, shared)| AdvisoryLock { key, shared })
+            .collect())
     }
 
-    async fn holders(&self, key: &i64) -> Result<Vec<u64>> {
+    async fn holders(&self, key: &AdvisoryLock) -> Result<Vec<u64>> {
         let holders: Vec<(i32,)> = sqlx::query_as(HOLDERS)
-            .bind(key)
+            .bind(key.key)
             .fetch_all(&self.pool)
             .await
             .map_err(db_error("read the lock"))?;

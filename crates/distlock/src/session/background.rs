@@ -55,7 +55,7 @@ impl<D: Dialect> Reap for Shared<D> {
 
     fn due(&self, now: Instant) -> (Vec<Self::Work>, Option<Instant>) {
         let mut state = self.state();
-        let expired: Vec<LockName> = state
+        let expired: Vec<HeldKey> = state
             .held
             .iter()
             .filter(|(_, held)| held.expires_at <= now)

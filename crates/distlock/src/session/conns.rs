@@ -59,10 +59,11 @@ impl<D: Dialect> Shared<D> {
 
     /// Whether `owner` still holds `name` on the server.
     pub(super) async fn alive(&self, name: &LockName, owner: &Owner) -> Result<bool> {
+        let slot = HeldKey::of(name, owner);
         let Some((conn, key)) = self
             .state()
             .held
-            .get(name)
+            .get(&slot)
             .filter(|held| &held.owner == owner)
             .map(|held| (held.conn.clone(), held.key.clone()))
         else {
@@ -75,7 +76,7 @@ impl<D: Dialect> Shared<D> {
             Ok(keys) if keys.contains(&key) => Ok(true),
             Ok(_) => {
                 // The server let it go: nothing is left there. Its guard is told.
-                self.forget(name, &conn);
+                self.forget(&slot, &conn);
                 self.status.send_modify(|status| status.sessions_lost += 1);
                 Ok(false)
             }
@@ -109,19 +110,14 @@ impl<D: Dialect> Shared<D> {
 
     /// Forgets the grant of `name` with `token` on `conn` (not a later grant made meanwhile);
     /// true when it was still there.
-    pub(super) fn forget_grant(
-        &self,
-        name: &LockName,
-        conn: &Arc<LockConn<D>>,
-        token: u64,
-    ) -> bool {
+    pub(super) fn forget_grant(&self, slot: &HeldKey, conn: &Arc<LockConn<D>>, token: u64) -> bool {
         let mut state = self.state();
         let current = state
             .held
-            .get(name)
+            .get(slot)
             .is_some_and(|held| Arc::ptr_eq(&held.conn, conn) && held.token == token);
         if current {
-            state.held.remove(name);
+            state.held.remove(slot);
         }
         current
     }
@@ -134,7 +130,8 @@ impl<D: Dialect> Shared<D> {
         {
             let state = self.state();
             for (name, owner) in locks {
-                let Some(held) = state.held.get(name).filter(|h| &h.owner == owner) else {
+                let held = state.held.get(&HeldKey::of(name, owner));
+                let Some(held) = held.filter(|h| &h.owner == owner) else {
                     continue;
                 };
                 match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &held.conn)) {
@@ -156,14 +153,14 @@ impl<D: Dialect> Shared<D> {
         alive
     }
 
-    pub(super) fn forget(&self, name: &LockName, conn: &Arc<LockConn<D>>) {
+    pub(super) fn forget(&self, slot: &HeldKey, conn: &Arc<LockConn<D>>) {
         let mut state = self.state();
         if state
             .held
-            .get(name)
+            .get(slot)
             .is_some_and(|held| Arc::ptr_eq(&held.conn, conn))
         {
-            state.held.remove(name);
+            state.held.remove(slot);
         }
     }
 }

@@ -141,7 +141,8 @@ impl<D: Dialect> ReleaseWaiter for SessionWaiter<D> {
             Ok(Outcome::Granted { conn, token, key }) => {
                 let since = Instant::now();
                 let mut state = self.shared.state();
-                if state.held.contains_key(&self.name) {
+                let slot = HeldKey::of(&self.name, &self.owner);
+                if state.held.contains_key(&slot) {
                     // Cannot happen (the server excludes this client's other sessions), but
                     // never record two holders.
                     state.unlock.push((conn, key, None));
@@ -150,7 +151,7 @@ impl<D: Dialect> ReleaseWaiter for SessionWaiter<D> {
                     return Woken::Retry;
                 }
                 state.held.insert(
-                    self.name.clone(),
+                    slot,
                     Held {
                         owner: self.owner.clone(),
                         holds: 1,
