@@ -40,9 +40,11 @@ use crate::name::{LockKind, LockName};
 
 mod background;
 mod conns;
+mod held_key;
 mod waiter;
 
 use self::background::watch_sessions;
+use self::held_key::HeldKey;
 use self::waiter::SessionWaiter;
 
 /// FNV-1a (64 bit) over `distlock\0` and the name's bytes: the domain-tagged hash both
@@ -74,29 +76,6 @@ const IDLE_KEPT: usize = 16;
 /// trying the lock on the primary connection in between (a task holding a lock that all
 /// waiting statements wait for can still take another).
 pub(crate) const MAX_WAITING_CONNECTIONS: usize = 16;
-
-/// How the client's state names a grant: the lock name, and for a reader also its owner
-/// (readers of one client hold one name together, each on a session of its own).
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct HeldKey {
-    name: LockName,
-    reader: Option<Owner>,
-}
-
-impl HeldKey {
-    fn of(name: &LockName, owner: &Owner) -> Self {
-        HeldKey {
-            name: name.clone(),
-            reader: matches!(name.kind(), LockKind::Read).then(|| owner.clone()),
-        }
-    }
-}
-
-impl fmt::Display for HeldKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.name, f)
-    }
-}
 
 /// What one database says to lock, unlock and look at session locks. Implemented by the
 /// PostgreSQL and MySQL backends; not for use outside this crate.
