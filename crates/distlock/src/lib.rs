@@ -77,8 +77,9 @@
 //! ([`RwLock`], [`Locks::rwlock`]), several locks taken all or nothing ([`MultiLock`],
 //! [`Locks::multi_lock`]), and leader election ([`Election`], [`Locks::election`]) whose
 //! term is a fencing token. Most are built on the backend's mutex; ZooKeeper keeps the
-//! reader-writer lock and the election in Apache Curator's layouts and etcd the election in
-//! that of its Go client, so Java and Go services share them. `docs/primitives/` says how each
+//! reader-writer lock and the election in Apache Curator's layouts, etcd the election in that
+//! of its Go client, and PostgreSQL the reader-writer lock in its shared advisory locks, so
+//! Java and Go services and plain SQL share them. `docs/primitives/` says how each
 //! is built and what it costs.
 //!
 //! # Ownership, leases and loss

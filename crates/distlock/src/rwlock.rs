@@ -21,7 +21,8 @@ use crate::semaphore::Semaphore;
 pub const READER_SLOTS: u32 = 16;
 
 /// A reader-writer lock, made by [`Locks::rwlock`](crate::Locks::rwlock): any number of
-/// readers (up to [`READER_SLOTS`], except on ZooKeeper) or one writer.
+/// readers (up to [`READER_SLOTS`], except on ZooKeeper and PostgreSQL advisory locks) or
+/// one writer.
 ///
 /// # On ZooKeeper: Curator's layout
 /// On `zk://` ([`RwLock::is_native`]) readers and writers are the `__READ__` and `__WRIT__`
@@ -31,6 +32,11 @@ pub const READER_SLOTS: u32 = 16;
 /// write's token is larger than every read's granted before it and smaller than every read's
 /// granted after it (readers holding together have different tokens). No reader limit; the
 /// slots below are not used. Java services using Curator on the same path share the lock.
+///
+/// # On PostgreSQL advisory locks: the server's shared advisory locks
+/// On `postgres://` (advisory mode) a reader holds the name's advisory key in shared mode, a
+/// writer in exclusive mode, each on a connection of its own; the server queues a reader
+/// behind a waiting writer, and the fencing counter bumped with each grant orders them.
 ///
 /// # How it works elsewhere
 /// Two kinds of lock names: a gate, `<name>#gate`, and [`READER_SLOTS`] reader slots,
@@ -116,13 +122,13 @@ impl RwLock {
     ///
     /// # Cancel safety
     /// Cancel safe: the gate and the slot acquisitions are, and a dropped read leaves neither
-    /// (on ZooKeeper: a dropped read leaves no node).
+    /// (in the backend's own layout: a dropped read leaves nothing).
     pub async fn read(&self) -> Result<ReadGuard> {
         self.read_with(AcquireOptions::new()).await
     }
 
     /// Tries once: `None` when a writer holds or waits for the lock, every reader slot is
-    /// taken, or another reader or writer is passing the gate at this moment (on ZooKeeper:
+    /// taken, or another reader or writer is passing the gate at this moment (in the backend's own layout:
     /// when a writer holds or waits).
     ///
     /// # Cancel safety
@@ -155,14 +161,14 @@ impl RwLock {
     /// [`Error::Backend`] when the backend fails.
     ///
     /// # Cancel safety
-    /// Cancel safe: a dropped write gives back the gate and every slot it had taken (on
-    /// ZooKeeper: its node).
+    /// Cancel safe: a dropped write gives back the gate and every slot it had taken (in
+    /// the backend's own layout: its lock).
     pub async fn write(&self) -> Result<WriteGuard> {
         self.write_with(AcquireOptions::new()).await
     }
 
-    /// Tries once: `None` when anyone holds or waits at the gate or holds a read lock (on
-    /// ZooKeeper: when anyone holds or waits).
+    /// Tries once: `None` when anyone holds or waits at the gate or holds a read lock (in
+    /// the backend's own layout: when anyone holds or waits).
     ///
     /// # Cancel safety
     /// Cancel safe, as [`RwLock::write`].
@@ -172,7 +178,7 @@ impl RwLock {
     }
 
     /// The write lock with a wait limit and/or a fixed lease (for the gate and every slot,
-    /// from the moment all are held; on ZooKeeper for its node).
+    /// from the moment all are held; in the backend's own layout for its lock).
     ///
     /// # Notable errors
     /// As [`RwLock::read_with`].
@@ -200,7 +206,8 @@ impl RwLock {
             .await
     }
 
-    /// True when the backend keeps this lock in its own layout (ZooKeeper: Curator's).
+    /// True when the backend keeps this lock in its own layout (ZooKeeper: Curator's;
+    /// PostgreSQL advisory locks: shared advisory locks).
     pub fn is_native(&self) -> bool {
         self.native.is_some()
     }
@@ -311,13 +318,13 @@ pub struct ReadGuard {
 }
 
 impl ReadGuard {
-    /// The gate's token of this read (on ZooKeeper: its node's): larger than every write's
+    /// The gate's token of this read (in the backend's own layout: its own): larger than every write's
     /// granted before it, smaller than every write's granted after it.
     pub fn fencing_token(&self) -> u64 {
         self.fencing_token
     }
 
-    /// The reader slot held (on ZooKeeper: the reader's node), a lock of its own (its lease,
+    /// The reader slot held (in the backend's own layout: the reader's own lock), a lock of its own (its lease,
     /// renewal, and loss).
     pub fn slot(&self) -> &Guard {
         &self.slot
