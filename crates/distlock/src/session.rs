@@ -115,6 +115,9 @@ pub trait Dialect: Send + Sync + 'static {
     async fn unlock(&self, conn: &mut Self::Conn, key: &Self::Key) -> Result<bool>;
     /// Unlocks everything this session holds.
     async fn unlock_all(&self, conn: &mut Self::Conn) -> Result<()>;
+    /// Undoes what [`Dialect::lock_waiting`] set on the session for its wait, so that the
+    /// connection's next statements (a try, on an idle connection) run without it.
+    async fn after_wait(&self, conn: &mut Self::Conn) -> Result<()>;
     /// Which of `keys` this session holds; an error when the session is gone.
     async fn held(&self, conn: &mut Self::Conn, keys: &[Self::Key]) -> Result<HashSet<Self::Key>>;
     /// The sessions holding `key`, asked on the operator's pool.

@@ -178,6 +178,11 @@ impl Dialect for MySqlNamed {
             .map_err(db_error("unlock"))
     }
 
+    async fn after_wait(&self, _conn: &mut MySqlConnection) -> Result<()> {
+        // GET_LOCK takes its timeout as an argument: nothing stays set on the session.
+        Ok(())
+    }
+
     async fn held(&self, conn: &mut MySqlConnection, keys: &[String]) -> Result<HashSet<String>> {
         let mut held = HashSet::new();
         for chunk in keys.chunks(CHECK_CHUNK) {

@@ -197,6 +197,14 @@ impl Dialect for PgAdvisory {
         Ok(unlocked)
     }
 
+    async fn after_wait(&self, conn: &mut PgConnection) -> Result<()> {
+        sqlx::query("SELECT set_config('lock_timeout', '0', false)")
+            .execute(conn)
+            .await
+            .map(drop)
+            .map_err(db_error("reset the lock timeout"))
+    }
+
     async fn unlock_all(&self, conn: &mut PgConnection) -> Result<()> {
         sqlx::query("SELECT pg_advisory_unlock_all()")
             .execute(conn)

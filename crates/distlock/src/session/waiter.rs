@@ -38,11 +38,29 @@ impl<D: Dialect> SessionWaiter<D> {
         let task_session = session.clone();
         tokio::spawn(async move {
             let outcome = blocking_attempt(&shared, &name, max, &task_session).await;
+            let granted = match &outcome {
+                Outcome::Granted { conn, .. } => Some(conn.clone()),
+                _ => None,
+            };
+            // The granted connection is reset after the grant is handed over, off its path;
+            // taken before, so that its unlock (and so its return to the idle connections,
+            // where a try would run with the wait's settings) waits for the reset.
+            let mut reset = match &granted {
+                Some(conn) => Some(conn.conn.lock().await),
+                None => None,
+            };
             if let Err(Outcome::Granted { conn, key, .. }) = send.send(outcome) {
                 // Nobody took the grant: give it back.
                 shared.state().unlock.push((conn, key, None));
                 shared.reaper.notify_one();
             }
+            if let (Some(c), Some(conn)) = (reset.as_deref_mut(), &granted)
+                && let Err(error) = shared.dialect.after_wait(c).await
+            {
+                tracing::debug!(%error, "resetting a waiter's connection failed; it is not reused");
+                conn.given_up.store(true, Ordering::SeqCst);
+            }
+            drop(reset);
         });
         self.pending.insert(Pending { answer, session })
     }
@@ -93,6 +111,7 @@ async fn blocking_attempt<D: Dialect>(
             let clean = {
                 let mut c = conn.conn.lock().await;
                 shared.dialect.unlock_all(&mut c).await.is_ok()
+                    && shared.dialect.after_wait(&mut c).await.is_ok()
             };
             if clean {
                 shared.to_idle(conn);
