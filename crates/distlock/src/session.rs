@@ -279,13 +279,16 @@ impl<D: Dialect> Shared<D> {
         }
     }
 
-    async fn idle_or_new(&self) -> Result<Arc<LockConn<D>>> {
-        let idle = self
-            .idle
+    /// An idle lock connection, if one is kept.
+    fn take_idle(&self) -> Option<Arc<LockConn<D>>> {
+        self.idle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .pop();
-        match idle {
+            .pop()
+    }
+
+    async fn idle_or_new(&self) -> Result<Arc<LockConn<D>>> {
+        match self.take_idle() {
             Some(conn) => Ok(conn),
             None => LockConn::open(&self.dialect).await,
         }
@@ -372,30 +375,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         // with itself, so a reader and a writer (or a mutex) of one name on one session would
         // both be granted.
         let own_session = !name.kind().is_exclusive();
-        let outcome = async {
-            let conn = if own_session {
-                shared.idle_or_new().await?
-            } else {
-                shared.primary().await?
-            };
-            let token = {
-                let mut c = conn.conn.lock().await;
-                shared.dialect.try_lock(&mut c, &key, name).await
-            };
-            match token {
-                Ok(token) => Ok((conn, token)),
-                Err(error) => {
-                    // The lock may have been taken before the statement failed. An own
-                    // session that cannot say is dropped (closing it frees it).
-                    if shared.unlock(&conn, &key).await.is_ok() && own_session {
-                        shared.to_idle(conn.clone());
-                    }
-                    shared.drop_primary(&conn).await;
-                    Err(error)
-                }
-            }
-        }
-        .await;
+        let outcome = shared.try_on_connection(name, &key, own_session).await;
         let mut state = shared.state();
         state.pending.remove(&slot);
         let (conn, token) = outcome?;
@@ -464,7 +444,9 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                 // Its lease ended; the reaper is unlocking it.
                 return Ok(Released::NotHeld);
             }
-            return Ok(if shared.is_locked(name).await? {
+            // A reader's hold is its own: other readers holding do not make it another's.
+            let other = !matches!(name.kind(), LockKind::Read) && shared.is_locked(name).await?;
+            return Ok(if other {
                 Released::HeldByOther
             } else {
                 Released::NotHeld
@@ -493,7 +475,8 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         if shared.lease_ending(&slot) {
             return Ok(Extended::NotHeld);
         }
-        let other = shared.state().held.contains_key(&slot) || shared.is_locked(name).await?;
+        let other = !matches!(name.kind(), LockKind::Read)
+            && (shared.state().held.contains_key(&slot) || shared.is_locked(name).await?);
         Ok(if other {
             Extended::HeldByOther
         } else {

@@ -198,7 +198,8 @@ impl Dialect for PgAdvisory {
     }
 
     async fn after_wait(&self, conn: &mut PgConnection) -> Result<()> {
-        sqlx::query("SELECT set_config('lock_timeout', '0', false)")
+        // Back to the session's default (the role's or database's, if an operator set one).
+        sqlx::query("RESET lock_timeout")
             .execute(conn)
             .await
             .map(drop)

@@ -163,4 +163,56 @@ impl<D: Dialect> Shared<D> {
             state.held.remove(slot);
         }
     }
+
+    /// One try of `key` for `name`: on the primary connection, or (`own_session`) on an idle
+    /// or new connection of its own. The connection and the token when granted.
+    pub(super) async fn try_on_connection(
+        &self,
+        name: &LockName,
+        key: &D::Key,
+        own_session: bool,
+    ) -> Result<(Arc<LockConn<D>>, Option<u64>)> {
+        // An idle connection may have died while it was idle (a server restart, an idle
+        // timeout): a failure on one is tried once more on a new connection.
+        let mut from_idle = own_session;
+        loop {
+            let conn = if !own_session {
+                self.primary().await?
+            } else if from_idle {
+                match self.take_idle() {
+                    Some(conn) => conn,
+                    None => {
+                        from_idle = false;
+                        LockConn::open(&self.dialect).await?
+                    }
+                }
+            } else {
+                LockConn::open(&self.dialect).await?
+            };
+            let token = {
+                let mut c = conn.conn.lock().await;
+                self.dialect.try_lock(&mut c, key, name).await
+            };
+            let error = match token {
+                Ok(token) => return Ok((conn, token)),
+                Err(error) => error,
+            };
+            // The lock may have been taken before the statement failed. A connection
+            // that cannot say is never reused: closing it (its last handle dropped, also
+            // as a former primary) frees it.
+            if self.unlock(&conn, key).await.is_ok() {
+                if own_session {
+                    self.to_idle(conn.clone());
+                }
+            } else {
+                conn.given_up.store(true, Ordering::SeqCst);
+            }
+            self.drop_primary(&conn).await;
+            if !from_idle {
+                return Err(error);
+            }
+            tracing::debug!(%error, "a try on an idle lock connection failed; trying a new one");
+            from_idle = false;
+        }
+    }
 }

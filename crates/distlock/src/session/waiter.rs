@@ -14,6 +14,10 @@ enum Outcome<D: Dialect> {
     Failed(Error),
 }
 
+/// What a dropped waiter leaves in [`Pending::session`]: the task then knows that a cancel may
+/// be on its way to the session it used.
+const DROPPED: u64 = u64::MAX;
+
 /// A blocking attempt in flight: its task's answer and its session (to cancel it).
 pub(super) struct Pending<D: Dialect> {
     answer: oneshot::Receiver<Outcome<D>>,
@@ -100,7 +104,11 @@ async fn blocking_attempt<D: Dialect>(
         shared.dialect.lock_waiting(&mut c, &key, name, max).await
     };
     // Done with the statement: a waiter that gives up from now on has nothing to cancel.
-    session.store(0, Ordering::SeqCst);
+    if session.swap(0, Ordering::SeqCst) == DROPPED {
+        // The waiter was dropped while the statement ran and sent a cancel, which may still
+        // arrive: this session never serves another statement (it closes when let go).
+        conn.given_up.store(true, Ordering::SeqCst);
+    }
     match result {
         Ok(Some(token)) => Outcome::Granted { conn, token, key },
         failed => {
@@ -130,8 +138,9 @@ impl<D: Dialect> Drop for SessionWaiter<D> {
             return;
         };
         // Stop the blocked statement; a grant that lands anyway is given back by the task.
-        let session = pending.session.load(Ordering::SeqCst);
+        let session = pending.session.swap(DROPPED, Ordering::SeqCst);
         if session != 0
+            && session != DROPPED
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let shared = self.shared.clone();

@@ -510,7 +510,8 @@ impl Shared {
 
     /// Who holds a lock we do not: used to answer a release or extension by a non-holder.
     pub(super) async fn not_ours(&self, name: &LockName) -> Result<(Released, Extended)> {
-        if self.is_locked(name).await? {
+        // A reader's hold is its own: other readers holding do not make it another's.
+        if !matches!(name.kind(), LockKind::Read) && self.is_locked(name).await? {
             Ok((Released::HeldByOther, Extended::HeldByOther))
         } else {
             Ok((Released::NotHeld, Extended::NotHeld))
