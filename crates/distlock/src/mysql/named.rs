@@ -118,12 +118,12 @@ impl MySqlNamed {
 impl Dialect for MySqlNamed {
     type Conn = MySqlConnection;
     type Key = String;
+    const SCHEME: &'static str = SCHEME;
 
     fn keeps(kind: &crate::LockKind) -> bool {
         // MySQL's named locks have one mode: a reader-writer lock is built on them.
         kind.is_exclusive()
     }
-    const SCHEME: &'static str = SCHEME;
 
     fn key(name: &LockName) -> String {
         server_lock_name(name.as_str())
