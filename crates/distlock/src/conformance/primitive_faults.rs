@@ -91,8 +91,8 @@ pub async fn promise4_multi_lock_lost_lease_reply_leaves_no_part(target: &Target
 
 /// Promise 4: a write whose wait for a reader's slot fails (its subscription fails) gives
 /// back the gate and every slot it took: once the reader leaves, another client writes
-/// promptly. Where the backend keeps the lock itself (ZooKeeper), the write's node is made by
-/// its attempt, whose reply is lost instead: the node must not stay in line.
+/// promptly. Where the backend keeps the lock itself (ZooKeeper, PostgreSQL advisory locks),
+/// the write's lock is taken by its attempt, whose reply is lost instead: it must not stay.
 pub async fn promise4_failed_write_leaves_nothing(target: &Target) {
     let name = unique("rwlock_failed_write");
     let reader = client(target).await;
@@ -114,13 +114,24 @@ pub async fn promise4_failed_write_leaves_nothing(target: &Target) {
         "a write was granted although a request failed"
     );
     read.release().await.unwrap();
+    writes_promptly(
+        target,
+        &name,
+        "the failed write left the gate, a slot or its node held",
+    )
+    .await;
+}
+
+/// Asserts that a new client gets the write lock of `name` promptly (`what` says which
+/// left-over would stop it).
+async fn writes_promptly(target: &Target, name: &str, what: &str) {
     let other = client(target).await;
     let write = other
-        .rwlock(name.as_str())
+        .rwlock(name)
         .unwrap()
         .write_with(AcquireOptions::new().wait(PROMPTLY))
         .await
-        .expect("the failed write left the gate, a slot or its node held");
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
     write.release().await.unwrap();
 }
 
@@ -144,13 +155,11 @@ pub async fn promise4_read_lost_reply_leaves_nothing(target: &Target) {
     if let Ok(read) = result {
         read.release().await.unwrap();
     }
-    let other = client(target).await;
-    let write = other
-        .rwlock(name.as_str())
-        .unwrap()
-        .write_with(AcquireOptions::new().wait(PROMPTLY))
-        .await
-        .expect("the read whose reply was lost left a lock held");
-    write.release().await.unwrap();
+    writes_promptly(
+        target,
+        &name,
+        "the read whose reply was lost left a lock held",
+    )
+    .await;
     drop(locks);
 }
