@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
-use crate::backend::Owner;
+use crate::backend::{Owner, Published};
 use crate::error::{Error, Result};
 use crate::keeper::ClientInner;
 use crate::mutex::{Guard, Mutex};
@@ -34,11 +34,13 @@ pub const MAX_PERMITS: u32 = 256;
 /// so the earliest waiter gets the next free permit.
 ///
 /// # Permit count
-/// Every client must use the same count for a name. A client that finds all its slots held
-/// also checks the slot just past its count: held there means another client uses more
-/// permits, and the acquisition fails with [`Error::InvalidInput`] instead of waiting under
-/// a second limit. The client with the larger count cannot tell (its slots look the same), so
-/// until the smaller one runs into it, the larger count is the one in force.
+/// Every client must use the same count for a name. The first acquisition of a name registers
+/// its count in the backend (a published record under `<name>#permits`); a handle's first
+/// acquisition, and every one that finds all its slots held, reads it and fails with
+/// [`Error::InvalidInput`] when it asks with another count, whether larger or smaller.
+/// [`Semaphore::register_permits`] changes the registered count for everyone. A client that
+/// finds all its slots held also checks the slot just past its count: held there means
+/// another client uses more permits.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -63,6 +65,11 @@ pub struct Semaphore {
     slots: Arc<[LockName]>,
     /// The slot just past the count, held only by a client that uses more permits.
     beyond: LockName,
+    /// Where the name's count is registered (`<name>#permits`), for a user's semaphore; the
+    /// reader slots of a reader-writer lock have a fixed count and none.
+    registry: Option<LockName>,
+    /// Set once this handle found its count registered.
+    checked: Arc<tokio::sync::OnceCell<()>>,
 }
 
 impl fmt::Debug for Semaphore {
@@ -91,7 +98,10 @@ pub(crate) fn slot_name(name: &str, kind: &str, index: u32) -> Result<LockName> 
 
 impl Semaphore {
     pub(crate) fn new(client: Arc<ClientInner>, name: String, permits: u32) -> Result<Self> {
-        Self::with_slots(client, name, permits, "permit")
+        let mut semaphore = Self::with_slots(client, name, permits, "permit")?;
+        // Shorter than the slots' suffixes, which fit.
+        semaphore.registry = Some(LockName::new(format!("{}#permits", semaphore.name))?);
+        Ok(semaphore)
     }
 
     /// A semaphore over the slots `<name>#<kind>-<i>`.
@@ -117,6 +127,8 @@ impl Semaphore {
             name: name.into(),
             slots,
             beyond,
+            registry: None,
+            checked: Arc::default(),
         })
     }
 
@@ -199,9 +211,84 @@ impl Semaphore {
         Mutex::new(self.client.clone(), self.slots[index].clone(), owner)
     }
 
+    /// Makes this handle's count the one every client of the name must use: a client that
+    /// asks with another count is refused from its next check (its first acquisition, or the
+    /// next one that finds every permit held). For changing a semaphore's count; the first
+    /// acquisition of a name registers its count by itself.
+    ///
+    /// # Notable errors
+    /// [`Error::Backend`] when the backend fails; [`Error::Timeout`] when the registration's
+    /// lock stays held for 10 s.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the registration is one lock acquisition and one publish; dropped between
+    /// them, the count is either registered or not.
+    pub async fn register_permits(&self) -> Result<()> {
+        match &self.registry {
+            Some(registry) => self.check_count(registry, true).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Reads the name's registered count and refuses a different one; registers this
+    /// handle's count when none is registered (or when `replace`), under the registry's lock,
+    /// so that two first clients with different counts cannot both register.
+    async fn check_count(&self, registry: &LockName, replace: bool) -> Result<()> {
+        let backend = &self.client.backend;
+        let mine = self.slots.len();
+        if !replace && let Some(record) = backend.read_published(registry).await? {
+            return self.same_count(&record);
+        }
+        let lock = Mutex::new(self.client.clone(), registry.clone(), None);
+        let wait = Duration::from_secs(10);
+        let Some(guard) = lock.acquire_inner(AcquireOptions::new().wait(wait)).await? else {
+            return Err(Error::Timeout {
+                name: registry.to_string(),
+                waited: wait,
+            });
+        };
+        let result = async {
+            if !replace && let Some(record) = backend.read_published(registry).await? {
+                return self.same_count(&record);
+            }
+            let record = Published::new(
+                guard.fencing_token(),
+                mine.to_string(),
+                guard.owner().as_str(),
+            );
+            let stored = backend.publish(registry, &record).await?;
+            self.same_count(&stored)
+        }
+        .await;
+        if let Err(error) = guard.release().await {
+            tracing::debug!(semaphore = %self.name, %error, "releasing the count's registration lock failed");
+        }
+        result
+    }
+
+    /// Refuses a registered count other than this handle's.
+    fn same_count(&self, record: &Published) -> Result<()> {
+        let mine = self.slots.len();
+        if record.value == mine.to_string() {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            "permit count",
+            format!(
+                "semaphore {:?} is registered with {} permits and this client asks for {mine};                  give every client the same count (Semaphore::register_permits changes it for                  all)",
+                self.name, record.value
+            ),
+        ))
+    }
+
     pub(crate) async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<Guard>> {
         options.validate()?;
         let start = Instant::now();
+        if let Some(registry) = &self.registry {
+            self.checked
+                .get_or_try_init(|| self.check_count(registry, false))
+                .await?;
+        }
         let count = self.slots.len();
         let first = fastrand::usize(..count);
         for step in 0..count {
@@ -209,6 +296,10 @@ impl Semaphore {
             if let Some(guard) = slot.acquire_inner(options.wait(Duration::ZERO)).await? {
                 return Ok(Some(guard));
             }
+        }
+        if let Some(registry) = &self.registry {
+            // About to wait: the count may have been changed for everyone meanwhile.
+            self.check_count(registry, false).await?;
         }
         if self.client.backend.is_locked(&self.beyond).await? {
             return Err(Error::invalid(

@@ -98,7 +98,8 @@ pub async fn promise1_semaphore_admits_at_most_its_permits(target: &Target) {
 }
 
 /// A full semaphore: `try_acquire` says so at once, a waiter gets the next freed permit, a
-/// client with a smaller count is refused with a typed error, bad counts are refused.
+/// client with a smaller or a larger count is refused with a typed error, bad counts are
+/// refused, and `register_permits` changes the count for everyone.
 pub async fn semaphore_waits_and_checks_its_count(target: &Target) {
     let name = unique("semaphore_count");
     let locks = client(target).await;
@@ -126,6 +127,11 @@ pub async fn semaphore_waits_and_checks_its_count(target: &Target) {
     let err = smaller.try_acquire().await.unwrap_err();
     assert!(err.is_invalid_input(), "a client with 2 permits: {err}");
     assert!(err.to_string().contains("same count"), "{err}");
+    // A larger count is refused too, although its extra slots are free: the count the
+    // name's first acquisition registered is read.
+    let larger = other.semaphore(name.as_str(), 5).unwrap();
+    let err = larger.try_acquire().await.unwrap_err();
+    assert!(err.is_invalid_input(), "a client with 5 permits: {err}");
     let waiting = other.semaphore(name.as_str(), 3).unwrap();
     let waiter = tokio::spawn(async move {
         waiting
@@ -150,6 +156,23 @@ pub async fn semaphore_waits_and_checks_its_count(target: &Target) {
     for guard in held {
         guard.release().await.unwrap();
     }
+    // Changing the count for everyone: the larger count registers itself; then it is the
+    // 3-permit clients that are refused.
+    larger.register_permits().await.unwrap();
+    larger
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a permit of the registered count")
+        .release()
+        .await
+        .unwrap();
+    let old_count = locks.semaphore(name.as_str(), 3).unwrap();
+    let err = old_count.try_acquire().await.unwrap_err();
+    assert!(
+        err.is_invalid_input(),
+        "3 permits after 5 were registered: {err}"
+    );
 }
 
 /// Promise 2 and expiry: a permit force-unlocked fires its `lost()`; a permit whose holder
