@@ -164,7 +164,7 @@ pub use crate::name::{LockKind, LockName, MAX_NAME_BYTES};
 pub use crate::options::{AcquireOptions, ConnectOptions, DEFAULT_LEASE, MAX_DURATION, MIN_LEASE};
 pub use crate::rwlock::{READER_SLOTS, ReadGuard, RwLock, WriteGuard};
 pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};
-pub use crate::semaphore::{MAX_PERMITS, Semaphore};
+pub use crate::semaphore::{COUNT_CHECK_EVERY, MAX_PERMITS, Semaphore};
 
 /// Connects to the backend a URL names, with default options. See the crate docs for the
 /// URLs.

@@ -2,7 +2,7 @@
 //! own on one of the semaphore's permit slots.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -13,10 +13,14 @@ use crate::error::{Error, Result};
 use crate::keeper::ClientInner;
 use crate::mutex::{Guard, Mutex};
 use crate::name::LockName;
-use crate::options::AcquireOptions;
+use crate::options::{AcquireOptions, MAX_DURATION};
 
 /// The most permits a [`Semaphore`] can have: a waiting acquirer waits on every permit slot.
 pub const MAX_PERMITS: u32 = 256;
+
+/// How often a handle reads its semaphore's registered count again while it acquires, so that
+/// a count changed with [`Semaphore::register_permits`] is seen this long after at most.
+pub const COUNT_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// A semaphore of `permits` holders at once, made by
 /// [`Locks::semaphore`](crate::Locks::semaphore).
@@ -35,12 +39,12 @@ pub const MAX_PERMITS: u32 = 256;
 ///
 /// # Permit count
 /// Every client must use the same count for a name. The first acquisition of a name registers
-/// its count in the backend (a published record under `<name>#permits`); a handle's first
-/// acquisition, and every one that finds all its slots held, reads it and fails with
-/// [`Error::InvalidInput`] when it asks with another count, whether larger or smaller.
-/// [`Semaphore::register_permits`] changes the registered count for everyone. A client that
-/// finds all its slots held also checks the slot just past its count: held there means
-/// another client uses more permits.
+/// its count in the backend (a published record under `<name>#permits`, written under the lock
+/// `<name>#permits`: both names are the semaphore's); a handle reads it at its first
+/// acquisition, again at least every [`COUNT_CHECK_EVERY`] while it acquires, and whenever it
+/// finds all its slots held, and fails with [`Error::InvalidInput`] when it asks with another
+/// count, larger or smaller. [`Semaphore::register_permits`] changes the registered count for
+/// everyone; clients on the old count see it within that interval of their next acquisition.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -63,13 +67,11 @@ pub struct Semaphore {
     name: Arc<str>,
     /// One lock name per permit.
     slots: Arc<[LockName]>,
-    /// The slot just past the count, held only by a client that uses more permits.
-    beyond: LockName,
     /// Where the name's count is registered (`<name>#permits`), for a user's semaphore; the
     /// reader slots of a reader-writer lock have a fixed count and none.
     registry: Option<LockName>,
-    /// Set once this handle found its count registered.
-    checked: Arc<tokio::sync::OnceCell<()>>,
+    /// When this handle last found its count registered.
+    checked: Arc<StdMutex<Option<Instant>>>,
 }
 
 impl fmt::Debug for Semaphore {
@@ -121,12 +123,12 @@ impl Semaphore {
         let slots = (0..permits)
             .map(|index| slot_name(&name, kind, index))
             .collect::<Result<Arc<[LockName]>>>()?;
-        let beyond = slot_name(&name, kind, permits)?;
+        // Room for the slot just past the count, so that a name fits every count up to it.
+        slot_name(&name, kind, permits)?;
         Ok(Semaphore {
             client,
             name: name.into(),
             slots,
-            beyond,
             registry: None,
             checked: Arc::default(),
         })
@@ -146,7 +148,7 @@ impl Semaphore {
     /// Waits for a permit without a limit, held with the client's renewed lease.
     ///
     /// # Notable errors
-    /// - [`Error::InvalidInput`] when another client uses this name with more permits.
+    /// - [`Error::InvalidInput`] when the name's registered count is another.
     /// - [`Error::Backend`] when the backend fails; the wait ends then.
     ///
     /// # Cancel safety
@@ -172,8 +174,8 @@ impl Semaphore {
     ///
     /// # Notable errors
     /// - [`Error::Timeout`] when the wait runs out.
-    /// - [`Error::InvalidInput`] for a bad lease or wait, or when another client uses this
-    ///   name with more permits.
+    /// - [`Error::InvalidInput`] for a bad lease or wait, or when the name's registered count
+    ///   is another.
     /// - [`Error::Backend`] when the backend fails.
     ///
     /// # Cancel safety
@@ -224,28 +226,43 @@ impl Semaphore {
     /// Cancel safe: the registration is one lock acquisition and one publish; dropped between
     /// them, the count is either registered or not.
     pub async fn register_permits(&self) -> Result<()> {
-        match &self.registry {
-            Some(registry) => self.check_count(registry, true).await,
-            None => Ok(()),
+        if let Some(registry) = &self.registry {
+            self.check_count(registry, true, AcquireOptions::new())
+                .await?;
         }
+        Ok(())
+    }
+
+    /// True when this handle's last check of the count is older than [`COUNT_CHECK_EVERY`].
+    fn check_due(&self) -> bool {
+        let checked = self
+            .checked
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        checked.is_none_or(|at| at.elapsed() >= COUNT_CHECK_EVERY)
     }
 
     /// Reads the name's registered count and refuses a different one; registers this
     /// handle's count when none is registered (or when `replace`), under the registry's lock,
     /// so that two first clients with different counts cannot both register.
-    async fn check_count(&self, registry: &LockName, replace: bool) -> Result<()> {
+    /// False when the registration's lock was not free within `options`' wait.
+    async fn check_count(
+        &self,
+        registry: &LockName,
+        replace: bool,
+        options: AcquireOptions,
+    ) -> Result<bool> {
         let backend = &self.client.backend;
         let mine = self.slots.len();
         if !replace && let Some(record) = backend.read_published(registry).await? {
-            return self.same_count(&record);
+            return self.same_count(&record).map(|()| true);
         }
         let lock = Mutex::new(self.client.clone(), registry.clone(), None);
-        let wait = Duration::from_secs(10);
-        let Some(guard) = lock.acquire_inner(AcquireOptions::new().wait(wait)).await? else {
-            return Err(Error::Timeout {
-                name: registry.to_string(),
-                waited: wait,
-            });
+        let Some(guard) = lock
+            .acquire_inner(AcquireOptions::new().wait(options.wait_limit().unwrap_or(MAX_DURATION)))
+            .await?
+        else {
+            return Ok(false);
         };
         let result = async {
             if !replace && let Some(record) = backend.read_published(registry).await? {
@@ -263,19 +280,25 @@ impl Semaphore {
         if let Err(error) = guard.release().await {
             tracing::debug!(semaphore = %self.name, %error, "releasing the count's registration lock failed");
         }
-        result
+        result.map(|()| true)
     }
 
-    /// Refuses a registered count other than this handle's.
+    /// Refuses a registered count other than this handle's; notes the check's time.
     fn same_count(&self, record: &Published) -> Result<()> {
         let mine = self.slots.len();
         if record.value == mine.to_string() {
+            *self
+                .checked
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Instant::now());
             return Ok(());
         }
         Err(Error::invalid(
             "permit count",
             format!(
-                "semaphore {:?} is registered with {} permits and this client asks for {mine};                  give every client the same count (Semaphore::register_permits changes it for                  all)",
+                "semaphore {:?} is registered with {} permits and this client asks for {mine}; \
+                 give every client the same count (Semaphore::register_permits changes it for \
+                 all)",
                 self.name, record.value
             ),
         ))
@@ -284,10 +307,12 @@ impl Semaphore {
     pub(crate) async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<Guard>> {
         options.validate()?;
         let start = Instant::now();
-        if let Some(registry) = &self.registry {
-            self.checked
-                .get_or_try_init(|| self.check_count(registry, false))
-                .await?;
+        if let Some(registry) = &self.registry
+            && self.check_due()
+            && !self.check_count(registry, false, options).await?
+        {
+            // The count's registration is busy past the wait.
+            return Ok(None);
         }
         let count = self.slots.len();
         let first = fastrand::usize(..count);
@@ -299,17 +324,12 @@ impl Semaphore {
         }
         if let Some(registry) = &self.registry {
             // About to wait: the count may have been changed for everyone meanwhile.
-            self.check_count(registry, false).await?;
-        }
-        if self.client.backend.is_locked(&self.beyond).await? {
-            return Err(Error::invalid(
-                "permit count",
-                format!(
-                    "semaphore {:?} is used with {count} permits here and with more by another \
-                     client ({} is held); give every client the same count",
-                    self.name, self.beyond
-                ),
-            ));
+            if !self
+                .check_count(registry, false, options.wait_left(start))
+                .await?
+            {
+                return Ok(None);
+            }
         }
         if options
             .wait_limit()

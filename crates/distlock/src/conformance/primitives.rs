@@ -173,6 +173,11 @@ pub async fn semaphore_waits_and_checks_its_count(target: &Target) {
         err.is_invalid_input(),
         "3 permits after 5 were registered: {err}"
     );
+    // A handle that checked the old count earlier sees the change within its check interval,
+    // although it finds free slots.
+    tokio::time::sleep(crate::COUNT_CHECK_EVERY).await;
+    let err = semaphore.try_acquire().await.unwrap_err();
+    assert!(err.is_invalid_input(), "a running 3-permit handle: {err}");
 }
 
 /// Promise 2 and expiry: a permit force-unlocked fires its `lost()`; a permit whose holder
