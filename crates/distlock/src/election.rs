@@ -373,8 +373,16 @@ impl Election {
     }
 }
 
-/// Withdraws the record of `term` (unless the backend keeps the election itself: the release
-/// ends the record) and releases `guard`, both to their end.
+/// Withdraws the record of `term`, unless the backend keeps the election itself (the release
+/// of the candidate's lock ends its record then).
+async fn withdraw(backend: &dyn Backend, key: &LockName, term: u64, native: bool) -> Result<bool> {
+    if native {
+        return Ok(true);
+    }
+    backend.withdraw(key, term).await
+}
+
+/// Withdraws the record of `term` (see [`withdraw`]) and releases `guard`, both to their end.
 async fn withdraw_and_release(
     backend: Arc<dyn Backend>,
     key: LockName,
@@ -382,12 +390,7 @@ async fn withdraw_and_release(
     guard: Guard,
     native: bool,
 ) {
-    let withdrawn = if native {
-        Ok(true)
-    } else {
-        backend.withdraw(&key, term).await
-    };
-    if let Err(error) = withdrawn {
+    if let Err(error) = withdraw(&*backend, &key, term, native).await {
         tracing::warn!(election = %key, term, %error, "withdrawing a leader's record failed; a newer term replaces it");
     }
     if let Err(error) = guard.release().await {
@@ -478,11 +481,7 @@ impl Leadership {
         let term = guard.fencing_token();
         let (backend, key, native) = (self.backend.clone(), self.key.clone(), self.native);
         let resign = async move {
-            let withdrawn = if native {
-                Ok(true)
-            } else {
-                backend.withdraw(&key, term).await
-            };
+            let withdrawn = withdraw(&*backend, &key, term, native).await;
             let released = guard.release().await;
             released.and(withdrawn.map(drop))
         };

@@ -214,13 +214,13 @@ impl Semaphore {
     }
 
     /// Makes this handle's count the one every client of the name must use: a client that
-    /// asks with another count is refused from its next check (its first acquisition, or the
-    /// next one that finds every permit held). For changing a semaphore's count; the first
-    /// acquisition of a name registers its count by itself.
+    /// asks with another count is refused from its next check (its first acquisition, one at
+    /// least [`COUNT_CHECK_EVERY`] after its last check, or one that finds every permit held).
+    /// For changing a semaphore's count; the first acquisition of a name registers its count
+    /// by itself. Waits without a limit for the registration's lock.
     ///
     /// # Notable errors
-    /// [`Error::Backend`] when the backend fails; [`Error::Timeout`] when the registration's
-    /// lock stays held for 10 s.
+    /// [`Error::Backend`] when the backend fails.
     ///
     /// # Cancel safety
     /// Cancel safe: the registration is one lock acquisition and one publish; dropped between
@@ -307,8 +307,9 @@ impl Semaphore {
     pub(crate) async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<Guard>> {
         options.validate()?;
         let start = Instant::now();
+        let checked_now = self.registry.is_some() && self.check_due();
         if let Some(registry) = &self.registry
-            && self.check_due()
+            && checked_now
             && !self.check_count(registry, false, options).await?
         {
             // The count's registration is busy past the wait.
@@ -322,8 +323,11 @@ impl Semaphore {
                 return Ok(Some(guard));
             }
         }
-        if let Some(registry) = &self.registry {
-            // About to wait: the count may have been changed for everyone meanwhile.
+        if let Some(registry) = &self.registry
+            && !checked_now
+        {
+            // About to wait: the count may have been changed for everyone since the last
+            // check (one made by this acquisition a moment ago is as fresh).
             if !self
                 .check_count(registry, false, options.wait_left(start))
                 .await?

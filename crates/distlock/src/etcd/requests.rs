@@ -36,18 +36,17 @@ fn read_kv(responses: &[TxnOpResponse], index: usize) -> Option<&KeyValue> {
     }
 }
 
-/// The first contender of `lock_prefix`: the key with the lowest create revision.
+/// A read of the first contender of a lock's prefix: the key with the lowest create revision.
+fn first_created() -> GetOptions {
+    GetOptions::new()
+        .with_prefix()
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+}
+
+/// The first contender of `lock_prefix`, its key only.
 fn first_of(lock_prefix: &str) -> TxnOp {
-    TxnOp::get(
-        lock_prefix,
-        Some(
-            GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_limit(1)
-                .with_keys_only(),
-        ),
-    )
+    TxnOp::get(lock_prefix, Some(first_created().with_keys_only()))
 }
 
 impl Shared {
@@ -243,10 +242,7 @@ impl Shared {
     /// The first candidate in line of an election (`concurrency.Election`'s leader): its
     /// create revision as the term, its value, its key as the holder.
     pub(super) async fn read_leader(&self, name: &LockName) -> Result<Option<Published>> {
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(1);
+        let options = first_created();
         let answer = self
             .call(
                 "read the leader",
