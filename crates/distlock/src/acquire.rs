@@ -11,17 +11,41 @@ use crate::backend::{Acquired, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::error::{LossReason, Result};
 use crate::finish::FinishOnDrop;
 use crate::keeper::{ClientInner, GrantKind, LeaseMode};
+use crate::meter::{self, Outcome};
 use crate::mutex::Guard;
 use crate::name::LockName;
 use crate::options::{AcquireOptions, MAX_DURATION, lease_deadline};
 use crate::settle::Ticket;
 
-/// Waits for the lock as `owner` within `options`: `None` when the wait ran out.
+/// Waits for the lock as `owner` within `options`: `None` when the wait ran out. Measured
+/// (see [`meter`](crate::meter)).
 pub(crate) async fn acquire_loop(
     client: &Arc<ClientInner>,
     name: &LockName,
     owner: &Owner,
     options: AcquireOptions,
+) -> Result<Option<Guard>> {
+    let backend = client.backend.scheme();
+    let mut measured = meter::Acquisition::start(backend);
+    let answer = wait_for_grant(client, name, owner, options, &mut measured).await;
+    let outcome = match &answer {
+        Ok(Some(_)) => Outcome::Granted {
+            waited: measured.waited(),
+        },
+        Ok(None) if options.wait_limit() == Some(Duration::ZERO) => Outcome::Busy,
+        Ok(None) => Outcome::Timeout,
+        Err(_) => Outcome::Error,
+    };
+    measured.end(outcome);
+    answer
+}
+
+async fn wait_for_grant(
+    client: &Arc<ClientInner>,
+    name: &LockName,
+    owner: &Owner,
+    options: AcquireOptions,
+    measured: &mut meter::Acquisition,
 ) -> Result<Option<Guard>> {
     let start = Instant::now();
     // Held until the guard is registered (or the acquisition ends, and any attempt it left
@@ -69,6 +93,7 @@ pub(crate) async fn acquire_loop(
                     tracing::debug!("held by another owner; giving up");
                     return Ok(None);
                 }
+                measured.waits();
                 match waiter.as_mut() {
                     None => {
                         // Subscribe, then try again at once: a release between the failed
@@ -86,6 +111,7 @@ pub(crate) async fn acquire_loop(
                         {
                             // Handed over by the releaser: held now, for a short lease that
                             // a background request extends to ours.
+                            meter::handover(client.backend.scheme());
                             let mut deadline = lease_deadline(since, handover);
                             let mut confirm = handover < lease;
                             let mut handover_gone = false;

@@ -39,6 +39,7 @@ impl Locks {
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when the options are out of range.
     pub fn with_backend(backend: Arc<dyn Backend>, options: ConnectOptions) -> Result<Self> {
+        crate::meter::describe();
         options.validate()?;
         Ok(Locks {
             inner: Arc::new(ClientInner::new(backend, options)),

@@ -39,6 +39,7 @@ mod primitives;
 mod replies;
 mod run;
 mod rwlocks;
+mod schedule;
 pub mod servers;
 mod stalls;
 mod wire;
@@ -52,6 +53,7 @@ pub use primitives::*;
 pub use replies::*;
 pub use run::*;
 pub use rwlocks::*;
+pub use schedule::*;
 pub use stalls::*;
 pub use wire::*;
 
@@ -212,6 +214,9 @@ macro_rules! conformance_suite {
             two_waiting_tasks_of_one_holder_share_the_grant,
             run_holds_the_lock_for_the_work,
             promise2_run_stops_the_work_when_the_lock_is_lost,
+            promise1_scheduled_job_runs_once_per_hold,
+            promise2_scheduled_job_stops_at_its_upper_bound,
+            promise4_cancelled_scheduled_job_leaves_nothing,
             promise1_semaphore_admits_at_most_its_permits,
             semaphore_waits_and_checks_its_count,
             promise2_semaphore_permit_loss_and_expiry,

@@ -54,13 +54,19 @@ impl GrantKind {
 pub(crate) struct Grant {
     fencing_token: u64,
     lost: watch::Sender<Option<LossReason>>,
+    /// The backend's scheme and the grant's time, for the metrics.
+    backend: &'static str,
+    granted_at: Instant,
 }
 
 impl Grant {
-    fn new(fencing_token: u64) -> Arc<Self> {
+    fn new(fencing_token: u64, backend: &'static str) -> Arc<Self> {
+        crate::meter::hold_started(backend);
         Arc::new(Grant {
             fencing_token,
             lost: watch::channel(None).0,
+            backend,
+            granted_at: Instant::now(),
         })
     }
 
@@ -74,6 +80,7 @@ impl Grant {
             }
         });
         if first {
+            crate::meter::lost(self.backend, reason);
             tracing::warn!(lock = %name, fencing_token = self.fencing_token, %reason, "lock lost");
         }
     }
@@ -88,6 +95,14 @@ impl Grant {
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<Option<LossReason>> {
         self.lost.subscribe()
+    }
+}
+
+impl Drop for Grant {
+    /// The last guard and the registry let go of the grant: its hold has ended (released,
+    /// lost, or left to run out).
+    fn drop(&mut self) {
+        crate::meter::hold_ended(self.backend, self.granted_at.elapsed());
     }
 }
 
@@ -284,7 +299,7 @@ impl ClientInner {
                             carried.retain(|(_, guards)| *guards > 0);
                         }
                     }
-                    let grant = Grant::new(fencing_token);
+                    let grant = Grant::new(fencing_token, self.backend.scheme());
                     registry.slots.insert(
                         key,
                         Slot {

@@ -122,6 +122,7 @@ mod guard_set;
 pub mod hooks;
 mod keeper;
 pub mod memory;
+pub mod meter;
 mod multi;
 mod mutex;
 #[cfg(feature = "mysql")]
@@ -140,6 +141,7 @@ mod reaper;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod rwlock;
+mod schedule;
 pub mod scheme;
 mod semaphore;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -163,6 +165,7 @@ pub use crate::mutex::{Guard, Holder, Mutex};
 pub use crate::name::{LockKind, LockName, MAX_NAME_BYTES};
 pub use crate::options::{AcquireOptions, ConnectOptions, DEFAULT_LEASE, MAX_DURATION, MIN_LEASE};
 pub use crate::rwlock::{READER_SLOTS, ReadGuard, RwLock, WriteGuard};
+pub use crate::schedule::Schedule;
 pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};
 pub use crate::semaphore::{COUNT_CHECK_EVERY, MAX_PERMITS, Semaphore};
 

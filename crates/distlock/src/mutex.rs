@@ -18,6 +18,7 @@ mod guard;
 mod run;
 
 pub use self::guard::Guard;
+pub(crate) use self::run::release_after_work;
 
 /// A handle on one distributed mutual-exclusion lock, made by
 /// [`Locks::mutex`](crate::Locks::mutex) or [`Holder::mutex`].

@@ -14,6 +14,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 
 use super::{ClientInner, Grant, LeaseMode};
+use crate::meter;
 use crate::backend::{Owner, SessionStatus};
 use crate::error::LossReason;
 use crate::name::LockName;
@@ -241,7 +242,14 @@ async fn renew_all(inner: Arc<ClientInner>) -> bool {
                 deadline.saturating_duration_since(start)
             })
             .max(lease / 3);
+        let sent = Instant::now();
         let reply = tokio::time::timeout(patience, inner.backend.renew(&locks, lease)).await;
+        let outcome = match &reply {
+            Ok(Ok(renewed)) if renewed.len() == locks.len() => meter::Renewal::Renewed,
+            Ok(_) => meter::Renewal::Failed,
+            Err(_) => meter::Renewal::Late,
+        };
+        meter::renewal(inner.backend.scheme(), outcome, sent.elapsed());
         match reply {
             Ok(Ok(renewed)) if renewed.len() == locks.len() => {
                 let now = Instant::now();

@@ -390,6 +390,19 @@ impl GuardState {
     }
 }
 
+impl Guard {
+    /// Lets the lock run to the end of its fixed lease instead of releasing it: the client
+    /// forgets the hold (no release, no loss signal) and the lease's keeper — the server, or
+    /// this client's reaper for the backends that keep leases in the client — frees it.
+    pub(crate) fn keep_until_lease_end(mut self) {
+        if let Some(state) = self.state.take() {
+            state
+                .client
+                .unregister(&state.name, &state.owner, &state.grant);
+        }
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         let Some(state) = self.state.take() else {

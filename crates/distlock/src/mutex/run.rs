@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use super::{AcquireOptions, Mutex};
+use super::{AcquireOptions, Guard, Mutex};
 use crate::error::Result;
 
 impl Mutex {
@@ -69,15 +69,22 @@ impl Mutex {
             value = work => Ok(value),
         };
         let value = done?;
-        match guard.release().await {
-            Ok(()) => Ok(value),
-            // The lock was gone by the release: the work may not have been protected to its
-            // end (a session lock's loss is known up to a second late), so that is the answer.
-            Err(error) if error.is_lock_lost() || error.is_not_owner() => Err(error),
-            Err(error) => {
-                tracing::warn!(lock = %self.name(), %error, "releasing after the work failed; the lock frees at its lease end");
-                Ok(value)
-            }
+        release_after_work(guard, self.name()).await?;
+        Ok(value)
+    }
+}
+
+/// Releases the lock after work done under it. A lock found gone is the answer: the work
+/// finished, but may not have been protected to its end (a session lock's loss is known up
+/// to a second late). Any other failure is only logged: the lock was not known lost when the
+/// work ended, and it frees at its lease end.
+pub(crate) async fn release_after_work(guard: Guard, name: &str) -> Result<()> {
+    match guard.release().await {
+        Ok(()) => Ok(()),
+        Err(error) if error.is_lock_lost() || error.is_not_owner() => Err(error),
+        Err(error) => {
+            tracing::warn!(lock = %name, %error, "releasing after the work failed; the lock frees at its lease end");
+            Ok(())
         }
     }
 }
