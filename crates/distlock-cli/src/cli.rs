@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::demo::Strategy;
 use crate::demo::hot::HotStrategy;
+use crate::exporter::MetricsArgs;
 use crate::failure::CliResult;
 use crate::{bench, check, demo, operator};
 
@@ -263,6 +264,8 @@ pub struct BenchArgs {
     /// Draw the handoff-gap distribution into this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@ mod bench;
 mod check;
 mod cli;
 mod demo;
+mod exporter;
 mod failure;
 #[cfg(feature = "zookeeper")]
 mod herd;

@@ -139,9 +139,9 @@ impl Locks {
     /// ```
     ///
     /// The hold left after the job is kept by whatever keeps the lock's lease: the server on
-    /// Redis, etcd, SQLite and the table locks (it outlives this process); this client on
-    /// ZooKeeper and the PostgreSQL/MySQL session locks, whose locks end with the session or
-    /// connection, so there the hold ends early if this process exits first.
+    /// Redis, Redlock, SQLite and the table locks (it outlives this process); this client on
+    /// ZooKeeper, etcd and the PostgreSQL/MySQL session locks, so there the hold ends early
+    /// if this process exits first.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a bad name or schedule (upper bound below

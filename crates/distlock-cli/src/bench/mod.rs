@@ -55,6 +55,7 @@ fn wall_ns() -> u64 {
 /// Measures the backend phase by phase and prints every figure; fails if two holders
 /// overlapped.
 pub async fn run(args: BenchArgs) -> CliResult {
+    let _exporter = crate::exporter::serve(&args.metrics).await?;
     let locks = distlock::connect(&args.backend).await?;
     let mut progress = Progress::new(!args.json);
     let run_id = format!("{}-{}", std::process::id(), wall_ns());
