@@ -169,6 +169,103 @@ pub use crate::schedule::Schedule;
 pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};
 pub use crate::semaphore::{COUNT_CHECK_EVERY, MAX_PERMITS, Semaphore};
 
+/// Runs the body of an `async fn` under a distlock mutex: acquire, run the body with the
+/// grant's fencing token, drop the body at once if the lock is lost, release.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// struct Shop {
+///     locks: distlock::Locks,
+/// }
+///
+/// struct Order {
+///     concert_id: u64,
+///     seats: u32,
+/// }
+///
+/// #[derive(Debug)]
+/// enum ShopError {
+///     SoldOut,
+///     Lock(distlock::Error),
+/// }
+///
+/// impl From<distlock::Error> for ShopError {
+///     fn from(error: distlock::Error) -> Self {
+///         ShopError::Lock(error)
+///     }
+/// }
+///
+/// impl Shop {
+///     /// Sells seats of one concert at a time, whichever instance of the shop takes the order.
+///     #[distlock::locked(locks = self.locks, name = "concert:{order.concert_id}", wait = "5s", token = fencing_token)]
+///     async fn sell(&self, order: Order) -> Result<u64, ShopError> {
+///         // Here, and only here, this caller holds `concert:<id>`; pass the token with
+///         // every write so that a store can refuse a holder whose lock ran out.
+///         if order.seats > 4 {
+///             return Err(ShopError::SoldOut);
+///         }
+///         assert!(self.locks.is_locked(&format!("concert:{}", order.concert_id)).await?);
+///         Ok(fencing_token)
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ShopError> {
+/// let shop = Shop { locks: distlock::connect("memory://").await? };
+/// let first = shop.sell(Order { concert_id: 7, seats: 2 }).await?;
+/// let second = shop.sell(Order { concert_id: 7, seats: 1 }).await?;
+/// assert!(second > first);                                 // fencing tokens grow
+/// assert!(matches!(shop.sell(Order { concert_id: 7, seats: 9 }).await, Err(ShopError::SoldOut)));
+/// assert!(!shop.locks.is_locked("concert:7").await?);      // released every time
+///
+/// // Held elsewhere: `busy = "fail"` answers at once with `Error::Timeout`.
+/// #[distlock::locked(locks = locks, name = "report/{day}", busy = "fail")]
+/// async fn report(locks: &distlock::Locks, day: u32) -> distlock::Result<()> {
+///     Ok(())
+/// }
+/// let held = shop.locks.mutex("report/3")?.acquire().await?;
+/// assert!(report(&shop.locks, 3).await.unwrap_err().is_timeout());
+/// held.release().await?;
+/// report(&shop.locks, 3).await?;
+/// # let _ = Duration::ZERO;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Options
+///
+/// | option | meaning |
+/// |---|---|
+/// | `locks = EXPR` (required) | the client: an expression giving a [`Locks`], a `&Locks`, an `Arc<Locks>` or anything else that dereferences to one (`self.locks`, an argument, a `static LazyLock<Locks>`) |
+/// | `name = "..."` (required) | the lock name, a format string whose placeholders name the function's arguments or their fields: `"concert:{req.concert_id}"`, `"user/{id:04}"`, `"{self.shard}"`; `{{` and `}}` are braces. Built before the body runs |
+/// | `wait = "5s"` | give up with [`Error::Timeout`] after waiting this long; a literal with `ms`, `s`, `m` or `h`, or any `Duration` expression. Default: wait without a limit |
+/// | `lease = "30s"` | hold for this fixed lease, without renewal ([`AcquireOptions::lease`]); the lock is lost when it ends. Default: the client's lease, renewed |
+/// | `busy = "fail"` | try once: [`Error::Timeout`] at once when another holds the lock. `busy = "wait"` is the default; `"fail"` takes no `wait` |
+/// | `token = IDENT` | the name the body sees the fencing token (a `u64`) as |
+///
+/// # Errors
+///
+/// The function must return a `Result<T, E>` with `E: From<distlock::Error>` (or a
+/// [`Result<T>`](crate::Result)). A bad lock name, a failed acquisition ([`Error::Timeout`],
+/// a backend error), a loss while the body runs ([`Error::LockLost`]) and a release that
+/// found the lock gone are turned into `E` by `From` and returned; the body's own `Result`
+/// is returned as is. This is [`Mutex::run_with`]'s contract, which the expansion calls.
+///
+/// # Lost lock
+///
+/// If the lock is lost while the body runs, the body is dropped at its next await point and
+/// the function returns the loss: no work goes on unprotected.
+///
+/// # Cancel safety
+///
+/// Dropping the function's future drops the body and releases the lock in the background,
+/// as dropping a [`Guard`] does. `docs/locked.md` says more, with what the attribute
+/// expands to.
+#[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+pub use distlock_macros::locked;
+
 /// Connects to the backend a URL names, with default options. See the crate docs for the
 /// URLs.
 ///

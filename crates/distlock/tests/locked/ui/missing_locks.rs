@@ -1,0 +1,6 @@
+#[distlock::locked(name = "report")]
+async fn report() -> distlock::Result<()> {
+    Ok(())
+}
+
+fn main() {}
