@@ -62,6 +62,7 @@ pub(crate) enum Outcome {
 
 /// One acquisition, from its call to its end: counts it as waiting while it waits, and
 /// records its outcome once (`cancelled` when dropped before it ended).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
 pub(crate) struct Acquisition {
     backend: &'static str,
     start: tokio::time::Instant,
