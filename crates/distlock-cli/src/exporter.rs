@@ -2,12 +2,14 @@
 //! Prometheus text format over HTTP while a long-running command runs.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::failure::{CliResult, Failure};
@@ -20,6 +22,10 @@ const BUCKETS: &[f64] = &[
 ];
 /// The longest request head read; anything longer is refused.
 const MAX_REQUEST: usize = 8 * 1024;
+/// Requests answered at once; more wait to be accepted.
+const MAX_CONNECTIONS: usize = 16;
+/// How long a client may take to send its request head.
+const READ_LIMIT: Duration = Duration::from_secs(2);
 
 /// Where to serve the metrics (flattened into the long-running commands).
 #[derive(Debug, Clone, Args)]
@@ -61,17 +67,21 @@ pub async fn serve(args: &MetricsArgs) -> CliResult<Option<Exporter>> {
     metrics::set_global_recorder(recorder)
         .map_err(|error| Failure::failed(format!("installing the metrics recorder: {error}")))?;
     eprintln!("distlock: metrics at http://{local}/metrics");
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let task = tokio::spawn(async move {
         loop {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
+                return;
+            };
             match listener.accept().await {
                 Ok((stream, _)) => {
                     let handle = handle.clone();
                     tokio::spawn(async move {
-                        let answer =
-                            tokio::time::timeout(Duration::from_secs(10), answer(stream, &handle));
+                        let answer = tokio::time::timeout(READ_LIMIT * 2, answer(stream, &handle));
                         if let Ok(Err(error)) = answer.await {
                             tracing::debug!(%error, "metrics request failed");
                         }
+                        drop(slot);
                     });
                 }
                 Err(error) => {
@@ -89,12 +99,26 @@ pub async fn serve(args: &MetricsArgs) -> CliResult<Option<Exporter>> {
 async fn answer(mut stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 512];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_REQUEST {
-        let read = stream.read(&mut chunk).await?;
-        if read == 0 {
-            break;
+    let read_head = async {
+        while head.len() < MAX_REQUEST {
+            let read = stream.read(&mut chunk).await?;
+            if read == 0 {
+                break;
+            }
+            // Only the new bytes (and the three before them) can complete the blank line.
+            let from = head.len().saturating_sub(3);
+            head.extend_from_slice(&chunk[..read]);
+            if head[from..].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
         }
-        head.extend_from_slice(&chunk[..read]);
+        Ok::<_, std::io::Error>(())
+    };
+    match tokio::time::timeout(READ_LIMIT, read_head).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return Err(error),
+        // Too slow to send a request: the connection is closed unanswered.
+        Err(_) => return Ok(()),
     }
     let line = head.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or(&[]);
     let mut words = line.split(|&b| b == b' ');

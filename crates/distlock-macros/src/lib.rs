@@ -26,6 +26,7 @@ mod duration;
 mod name;
 mod options;
 
+use syn::visit_mut::VisitMut;
 use proc_macro::TokenStream;
 use proc_macro2::Span;
 use quote::{format_ident, quote, quote_spanned};
@@ -89,6 +90,10 @@ fn expand(
 
     let locks = &options.locks;
     let result_span = return_type.span();
+    // `impl Trait` may not annotate a `let`: it becomes `_` there (the rest of the type,
+    // `Result<_, E>`, still fixes the error type that `?` converts to).
+    let mut annotated = (**return_type).clone();
+    InferImplTrait.visit_type_mut(&mut annotated);
     let make_mutex = quote_spanned! {locks.span()=>
         ::distlock::Locks::mutex(&(#locks), #name_var)
     };
@@ -121,7 +126,7 @@ fn expand(
                         // and `return` in the body mean what they mean in the function.
                         #[allow(unreachable_code, clippy::empty_loop, clippy::diverging_sub_expression)]
                         if false {
-                            let __distlock_never: #return_type = loop {};
+                            let __distlock_never: #annotated = loop {};
                             return __distlock_never;
                         }
                         #(#statements)*
@@ -148,4 +153,18 @@ fn expand(
             #run
         }
     })
+}
+
+/// Replaces every `impl Trait` in a type with `_`.
+struct InferImplTrait;
+
+impl VisitMut for InferImplTrait {
+    fn visit_type_mut(&mut self, ty: &mut syn::Type) {
+        if let syn::Type::ImplTrait(found) = ty {
+            let underscore_token = syn::Token![_](found.impl_token.span);
+            *ty = syn::Type::Infer(syn::TypeInfer { underscore_token });
+            return;
+        }
+        syn::visit_mut::visit_type_mut(self, ty);
+    }
 }

@@ -1,7 +1,7 @@
 //! What the client measures, reported through the [`metrics`](https://docs.rs/metrics)
 //! facade (cargo feature `metrics`, on by default): the application installs the recorder
-//! it wants (Prometheus, StatsD, OpenTelemetry), and without one every call here costs an
-//! atomic load. The names and labels are listed once, here, and in `docs/metrics.md`.
+//! it wants (Prometheus, StatsD, OpenTelemetry); without one a call here still builds its
+//! label list. The names and labels are listed once, here, and in `docs/metrics.md`.
 //!
 //! Every metric carries the label `backend` (the URL scheme: `redis`, `zk`, `postgres`...).
 //! Lock names are never labels: a service with a lock per order would make a series per

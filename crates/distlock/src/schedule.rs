@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::options::{AcquireOptions, MAX_DURATION, MIN_LEASE};
-use crate::Locks;
+use crate::{Guard, Locks};
 use crate::mutex::release_after_work;
 
 /// How long a scheduled run holds its lock: [`Locks::run_exclusive`]'s two bounds.
@@ -146,12 +146,16 @@ impl Locks {
     /// # Errors
     /// [`Error::InvalidInput`] for a bad name or schedule (upper bound below
     /// [`MIN_LEASE`](crate::MIN_LEASE), lower bound above the upper one);
-    /// [`Error::LockLost`] when the lock was lost during the job or before its hold was set;
-    /// backend errors of the try.
+    /// [`Error::LockLost`] when the lock was lost during the job (the job was stopped), or
+    /// found lost when its hold was cut to the lower bound (the job ran, but may not have
+    /// been protected to its end); backend errors of the try. A failure to cut the hold is
+    /// only logged: the lock then runs to the upper bound.
     ///
     /// # Cancel safety
-    /// Cancel safe: dropping the future drops the job and releases the lock in the
-    /// background (a cancelled run is not a run: another instance may run the job next).
+    /// Cancel safe: dropping the future while the job runs drops the job and releases the
+    /// lock in the background (a cancelled job is not a run: another instance may run it
+    /// next). Dropped after the job ended, the lock is left to run out as if the call had
+    /// finished (at the latest at the upper bound).
     pub async fn run_exclusive<F, Fut, T>(
         &self,
         name: impl Into<String>,
@@ -182,13 +186,45 @@ impl Locks {
             lost = guard.lost() => return Err(lost),
             value = work => value,
         };
+        // The job ran: from here on, whatever happens (a failed request, the caller dropping
+        // this future), the lock is never released before the lower bound, only left to run
+        // out, so that no instance runs the job again within it.
         let left = schedule.at_least.saturating_sub(granted.elapsed());
         if left.is_zero() {
             release_after_work(guard, mutex.name()).await?;
         } else {
-            guard.set_lease(left.max(MIN_LEASE)).await?;
-            guard.keep_until_lease_end();
+            let hold = LeftToRunOut(Some(guard));
+            let cut = hold.guard().set_lease(left.max(MIN_LEASE)).await;
+            match cut {
+                Ok(()) => {}
+                // The job may not have been protected to its end.
+                Err(error) if error.is_lock_lost() || error.is_not_owner() => return Err(error),
+                // The lease stays at the upper bound, which is not shorter.
+                Err(error) => tracing::warn!(
+                    lock = %mutex.name(), %error,
+                    "shortening the hold after the job failed; it runs to the upper bound"
+                ),
+            }
         }
         Ok(Some(value))
+    }
+}
+
+/// A finished run's guard: dropped (even with the future that owns it), it leaves the lock to
+/// run out at its lease end instead of releasing it.
+struct LeftToRunOut(Option<Guard>);
+
+impl LeftToRunOut {
+    fn guard(&self) -> &Guard {
+        // Taken only by `Drop`.
+        self.0.as_ref().expect("the guard is present until drop")
+    }
+}
+
+impl Drop for LeftToRunOut {
+    fn drop(&mut self) {
+        if let Some(guard) = self.0.take() {
+            guard.keep_until_lease_end();
+        }
     }
 }

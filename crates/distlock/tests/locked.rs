@@ -553,3 +553,17 @@ async fn arguments_keep_their_names() {
         .unwrap();
     assert_eq!(answer, (1, 2, 3, true));
 }
+
+#[distlock::locked(locks = locks, name = "impl-trait/{id}", token = token)]
+async fn described(locks: &Locks, id: u32) -> Result<impl std::fmt::Display, AppError> {
+    Ok(format!("{id} under token {token}"))
+}
+
+/// A return type with `impl Trait` in it (an axum handler's `impl IntoResponse`) compiles,
+/// and the body still runs under the lock.
+#[tokio::test]
+async fn impl_trait_in_the_return_type() {
+    let locks = memory().await;
+    let answer = within(described(&locks, 3)).await.unwrap();
+    assert!(answer.to_string().starts_with("3 under token "), "{answer}");
+}

@@ -141,6 +141,14 @@ impl Shop {
         })
     }
 
+    /// Puts `tickets` on sale, under the concert's lock so that it never lands between an
+    /// order's read and write. Setting the stock starts the item's fencing history anew.
+    #[distlock::locked(locks = self.locks, name = "concert:{concert_id}", wait = "60s")]
+    async fn put_on_sale(&self, concert_id: u64, tickets: u64) -> Result<(), ShopError> {
+        self.store.set(&item(concert_id), tickets).await?;
+        Ok(())
+    }
+
     /// The same without the lock: two orders that read the same stock both sell.
     async fn order_unlocked(&self, order: Order) -> Result<Receipt, ShopError> {
         let item = item(order.concert_id);
@@ -186,7 +194,7 @@ async fn put_on_sale(
     Path(concert_id): Path<u64>,
     Json(sale): Json<OnSale>,
 ) -> Result<StatusCode, ShopError> {
-    app.shop.store.set(&item(concert_id), sale.tickets).await?;
+    app.shop.put_on_sale(concert_id, sale.tickets).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
