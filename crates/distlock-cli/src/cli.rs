@@ -8,11 +8,13 @@ use crate::demo::Strategy;
 use crate::demo::hot::HotStrategy;
 use crate::exporter::MetricsArgs;
 use crate::failure::CliResult;
-use crate::{bench, check, demo, operator};
+use crate::failure::exit;
+use crate::{bench, check, demo, operator, run};
 
 /// Distributed locks: the overselling demo, the lock benchmark, operator commands.
 ///
-/// Exit codes: 0 success, 1 the work failed, 2 bad input.
+/// Exit codes: 0 success, 1 the work failed, 2 bad input (`run` and `elect`: see their
+/// --help).
 #[derive(Debug, Parser)]
 #[command(name = "distlock", version, about)]
 pub struct Cli {
@@ -33,6 +35,28 @@ pub enum Command {
     /// Frees a lock whoever holds it (operators only: the holder keeps working until it
     /// notices, and only fencing tokens stop its writes).
     ForceUnlock(LockArgs),
+    /// Runs a command while holding a lock, so that one copy runs at a time everywhere.
+    ///
+    /// With --permits N, a permit of a semaphore of N instead: N copies at a time. The cron
+    /// case: `distlock run --backend URL --skip-if-held nightly -- /usr/local/bin/report`.
+    ///
+    /// The command gets DISTLOCK_FENCING_TOKEN, DISTLOCK_LOCK_NAME (and DISTLOCK_PERMITS) in
+    /// its environment, and inherits stdin, stdout and stderr. The HUP, INT, QUIT, TERM, USR1
+    /// and USR2 that another process sends distlock are passed on to it (a terminal's Ctrl-C
+    /// reaches it directly), and the lock is kept until it exits. If the lock is lost while it runs, it is sent SIGTERM at once and SIGKILL after
+    /// --grace, and distlock exits 76. The lock is given back when the command exits.
+    #[command(after_long_help = exit::COMMAND_HELP)]
+    Run(run::RunArgs),
+    /// Campaigns for an election's leadership and runs a command while leader.
+    ///
+    /// The command gets DISTLOCK_FENCING_TOKEN (the term), DISTLOCK_LOCK_NAME (the election's
+    /// name) and DISTLOCK_LEADER_VALUE in its environment. Signals are passed on as by `run`.
+    /// If the leadership is lost, the command is sent SIGTERM at once and SIGKILL after
+    /// --grace, and distlock exits 76; when the command exits, distlock resigns and exits with
+    /// its code. It does not stand again afterwards: run it under a supervisor that restarts
+    /// it (systemd `Restart=always`) to campaign again.
+    #[command(after_long_help = exit::COMMAND_HELP)]
+    Elect(run::ElectArgs),
     /// Checks whether a deployment keeps distlock's promises: worker processes take one lock
     /// over and over and do fenced writes under it while the checker pauses and kills them;
     /// then the whole history is checked (exclusion, loss, fencing tokens, no lost update).
@@ -417,6 +441,8 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Bench(args) => bench::run(args).await,
         Command::Status(args) => operator::status(args).await,
         Command::ForceUnlock(args) => operator::force_unlock(args).await,
+        Command::Run(args) => run::run(args).await,
+        Command::Elect(args) => run::elect(args).await,
         Command::Check(args) => check::run(args).await,
         Command::Hold(args) => operator::hold(args).await,
         Command::CheckWorker(args) => check::worker(args).await,

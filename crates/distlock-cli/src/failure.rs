@@ -1,21 +1,95 @@
-//! How a command fails, and the exit code each failure gets.
+//! How a command fails, and the exit code each failure gets: every code distlock exits with
+//! is named in [`exit`].
 
 use std::fmt;
 
-/// A command's failure: bad input (exit 2) or failed work (exit 1).
+/// The exit codes of every command, in one place.
+pub mod exit {
+    /// The work was done (for `run` and `elect`: the command exited 0, or `--skip-if-held`
+    /// found the lock held).
+    pub const SUCCESS: u8 = 0;
+    /// The work failed: a backend error, a failed check.
+    pub const FAILED: u8 = 1;
+    /// Bad input: an unknown flag, a malformed URL or duration, an empty lock name, no
+    /// command.
+    pub const USAGE: u8 = 2;
+    /// `run`: the lock was still held by another when `--wait` ran out (sysexits'
+    /// `EX_TEMPFAIL`: try again later).
+    pub const BUSY: u8 = 75;
+    /// `run`, `elect`: the lock or the leadership was lost while the command ran (the command
+    /// was stopped), or found gone when it was given back: the command's work may not have
+    /// been protected to its end.
+    pub const LOST: u8 = 76;
+    /// `run`, `elect`: the command was found but could not be executed (the shell's code).
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// `run`, `elect`: the command was not found (the shell's code).
+    pub const NOT_FOUND: u8 = 127;
+    /// `run`, `elect`: the command was killed by signal N: the exit code is this plus N (the
+    /// shell's convention; 137 for SIGKILL, 143 for SIGTERM).
+    pub const SIGNALED: u8 = 128;
+
+    /// The exit code of a process killed by `signal`.
+    pub fn signaled(signal: i32) -> u8 {
+        u8::try_from(signal)
+            .ok()
+            .and_then(|signal| SIGNALED.checked_add(signal))
+            .unwrap_or(u8::MAX)
+    }
+
+    /// The exit codes of `run` and `elect`, for their `--help`.
+    pub const COMMAND_HELP: &str = "\
+Exit codes:
+  N      the command exited by itself with code N
+  128+N  the command was killed by signal N (137: SIGKILL, 143: SIGTERM)
+  0      run --skip-if-held: the lock was held, nothing was run
+  1      a backend error before the command started: nothing was run
+  2      bad input: URL, lock name, duration, no command after --
+  75     run: the lock was still held by another when --wait ran out
+  76     lost: the lock (the leadership) was lost while the command ran, and the command
+         was stopped (SIGTERM, then SIGKILL after --grace); or found gone when given back
+  126    the command was found but cannot be executed
+  127    the command was not found";
+}
+
+/// A command's failure: bad input (exit 2), failed work (exit 1), or for `run` and `elect`
+/// one of their own outcomes.
 #[derive(Debug)]
 pub enum Failure {
     /// The user's input was wrong; the message says what to change.
     Usage(String),
     /// The work could not be done.
     Failed(String),
+    /// The lock was held by another past the wait ([`exit::BUSY`]).
+    Busy(String),
+    /// The lock was lost while it protected work ([`exit::LOST`]).
+    Lost(String),
+    /// The command to run could not be started ([`exit::NOT_FOUND`] or
+    /// [`exit::CANNOT_EXECUTE`]).
+    Spawn { code: u8, message: String },
+    /// Exit with this code and say nothing: the command's own exit status passed on (it
+    /// said what it had to), or distlock stopped by a signal.
+    Exit(u8),
 }
 
 impl Failure {
     pub fn exit_code(&self) -> u8 {
         match self {
-            Failure::Usage(_) => 2,
-            Failure::Failed(_) => 1,
+            Failure::Usage(_) => exit::USAGE,
+            Failure::Failed(_) => exit::FAILED,
+            Failure::Busy(_) => exit::BUSY,
+            Failure::Lost(_) => exit::LOST,
+            Failure::Spawn { code, .. } | Failure::Exit(code) => *code,
+        }
+    }
+
+    /// The line to print on stderr after `distlock: `, if any.
+    pub fn report(&self) -> Option<String> {
+        match self {
+            Failure::Usage(message) | Failure::Failed(message) => Some(format!("error: {message}")),
+            Failure::Spawn { message, .. } => Some(format!("error: {message}")),
+            Failure::Busy(message) => Some(format!("busy: {message}")),
+            Failure::Lost(message) => Some(format!("lost: {message}")),
+            Failure::Exit(_) => None,
         }
     }
 
@@ -31,7 +105,12 @@ impl Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::Usage(message) | Failure::Failed(message) => f.write_str(message),
+            Failure::Usage(message)
+            | Failure::Failed(message)
+            | Failure::Busy(message)
+            | Failure::Lost(message)
+            | Failure::Spawn { message, .. } => f.write_str(message),
+            Failure::Exit(code) => write!(f, "exit code {code}"),
         }
     }
 }
@@ -53,3 +132,29 @@ impl From<std::io::Error> for Failure {
 }
 
 pub type CliResult<T = ()> = Result<T, Failure>;
+
+#[cfg(test)]
+mod tests {
+    use super::exit;
+
+    /// Every code `run` and `elect` can exit with is in their help.
+    #[test]
+    fn the_help_names_every_code() {
+        for code in [
+            exit::FAILED,
+            exit::USAGE,
+            exit::BUSY,
+            exit::LOST,
+            exit::CANNOT_EXECUTE,
+            exit::NOT_FOUND,
+            exit::SIGNALED,
+        ] {
+            assert!(
+                exit::COMMAND_HELP.contains(&format!("\n  {code}")),
+                "{code} missing"
+            );
+        }
+        assert_eq!(exit::signaled(9), 137);
+        assert_eq!(exit::signaled(15), 143);
+    }
+}

@@ -1,11 +1,13 @@
 //! The `distlock` binary end to end: the demo and its hot-item scenario, the benchmark,
-//! operator commands, bad input, and holders in other processes killed with SIGKILL.
+//! operator commands, bad input, holders in other processes killed with SIGKILL, and commands
+//! run under a lock (`run`, `elect`).
 
 mod bench;
 mod cross_process;
 mod demo;
 mod hot_item;
 mod operator;
+mod run;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

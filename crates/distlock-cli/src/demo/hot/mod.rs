@@ -186,12 +186,10 @@ async fn check(lock: Option<&str>, store: &str) -> Result<(), String> {
         }
         open_store(store, Durability::Full, 1)
             .await
-            .map_err(|e| match e {
-                Failure::Usage(m) | Failure::Failed(m) => distlock::Error::Backend {
-                    backend: "stock",
-                    operation: "open the store",
-                    source: m.into(),
-                },
+            .map_err(|e| distlock::Error::Backend {
+                backend: "stock",
+                operation: "open the store",
+                source: e.to_string().into(),
             })?;
         Ok::<_, distlock::Error>(())
     })

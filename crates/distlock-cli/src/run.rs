@@ -1,0 +1,364 @@
+//! `distlock run` and `distlock elect`: a command run while a lock (a semaphore permit, an
+//! election's leadership) is held.
+//!
+//! `run` is `flock(1)` and `etcdctl lock NAME CMD` for every backend: scripts and cron jobs
+//! that must not run twice at once, on one machine or many. `elect` runs a command only while
+//! it leads an election.
+//!
+//! * The command gets `DISTLOCK_FENCING_TOKEN` (for `elect`: the term) and
+//!   `DISTLOCK_LOCK_NAME`, with `--permits` `DISTLOCK_PERMITS`, with `elect`
+//!   `DISTLOCK_LEADER_VALUE`; it inherits stdin, stdout and stderr.
+//! * The signals distlock is sent are passed on to it (see [`crate::child`]), and the lock is
+//!   held until it exits, then given back.
+//! * When the lock is lost while it runs, it is sent SIGTERM at once and SIGKILL after
+//!   `--grace`, and distlock exits 76.
+//!
+//! Exit codes ([`crate::failure::exit`]): the command's own code; 128 + N when a signal N
+//! killed it; 0 when `--skip-if-held` found the lock held; 1 a backend error; 2 bad input;
+//! 75 busy (held by another when `--wait` ran out); 76 lost (while the command ran, or found
+//! gone when given back); 126 the command cannot be executed; 127 the command was not found.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::Args;
+use distlock::{AcquireOptions, ConnectOptions, Locks};
+
+use crate::child::{self, Ended, Signals};
+use crate::failure::{CliResult, Failure, exit};
+
+/// How long giving the lock back may take before distlock leaves it to its lease.
+const GIVE_BACK_LIMIT: Duration = Duration::from_secs(10);
+
+/// `distlock run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The backend URL, e.g. sqlite:///var/lib/app/locks.db.
+    #[arg(long)]
+    pub backend: String,
+    /// The lock name.
+    pub name: String,
+    /// Give up when the lock is still held by another after this long (500ms, 10s, 5m,
+    /// 1h; 0s tries once), with exit 75. Default: wait without a limit (with
+    /// --skip-if-held: try once).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait: Option<Duration>,
+    /// When the lock is held by another (after --wait), exit 0 without running the command
+    /// and without a word: for cron jobs that must not pile up.
+    #[arg(long)]
+    pub skip_if_held: bool,
+    /// Take a permit of a semaphore of N permits instead of the lock: N commands at once.
+    /// Every user of NAME must give the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(distlock::MAX_PERMITS)))]
+    pub permits: Option<u32>,
+    #[command(flatten)]
+    pub held: HeldArgs,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
+    pub command: Vec<OsString>,
+}
+
+/// `distlock elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The backend URL, e.g. sqlite:///var/lib/app/locks.db.
+    #[arg(long)]
+    pub backend: String,
+    /// The election's name.
+    pub name: String,
+    /// What this candidate publishes as leader (who to reach, at most 1 KiB). Default:
+    /// HOSTNAME:PID.
+    #[arg(long)]
+    pub value: Option<String>,
+    #[command(flatten)]
+    pub held: HeldArgs,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD", value_parser = clap::value_parser!(OsString))]
+    pub command: Vec<OsString>,
+}
+
+/// What `run` and `elect` share: how the lock is held and how the command is stopped.
+#[derive(Debug, Args)]
+pub struct HeldArgs {
+    /// When the lock is lost while the command runs, it is sent SIGTERM at once, and SIGKILL
+    /// if it is still running this long after.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// The lock's lease, renewed every third of it while the command runs. If distlock is
+    /// killed with SIGKILL, the lock frees this long after at most (the command runs on).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub lease: Duration,
+}
+
+/// `distlock run`: see the module docs.
+pub async fn run(args: RunArgs) -> CliResult {
+    let mut signals = Signals::install()?;
+    let locks = connect(&args.backend, &args.held).await?;
+    let wait = args
+        .wait
+        .or_else(|| args.skip_if_held.then_some(Duration::ZERO));
+    let options = wait.map_or_else(AcquireOptions::new, |wait| AcquireOptions::new().wait(wait));
+    let name = args.name.as_str();
+    let acquire = async {
+        match args.permits {
+            None => locks.mutex(name)?.acquire_with(options).await,
+            Some(permits) => locks.semaphore(name, permits)?.acquire_with(options).await,
+        }
+    };
+    let acquired = tokio::select! {
+        acquired = acquire => acquired,
+        // Dropping the acquisition leaves nothing behind (it is cancel safe).
+        received = signals.recv() => return Err(Failure::Exit(exit::signaled(received.number))),
+    };
+    let guard = match acquired {
+        Ok(guard) => guard,
+        Err(error) if error.is_timeout() => {
+            let waited = match wait {
+                Some(wait) if !wait.is_zero() => format!("waited {}", human(wait)),
+                _ => "tried once".to_owned(),
+            };
+            let held = match args.permits {
+                None => format!("lock {name:?} is held by another"),
+                Some(permits) => format!("all {permits} permits of {name:?} are held by others"),
+            };
+            if args.skip_if_held {
+                tracing::info!("skipped: {held} ({waited})");
+                return Ok(());
+            }
+            return Err(Failure::Busy(format!("{held} ({waited})")));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let token = guard.fencing_token();
+    tracing::info!(
+        lock = guard.name(),
+        token,
+        "holding the lock; starting the command"
+    );
+    let mut env = vec![
+        ("DISTLOCK_FENCING_TOKEN", token.to_string()),
+        ("DISTLOCK_LOCK_NAME", args.name.clone()),
+    ];
+    if let Some(permits) = args.permits {
+        env.push(("DISTLOCK_PERMITS", permits.to_string()));
+    }
+    let ended = match child::spawn(&args.command, &env) {
+        Ok(command) => child::supervise(command, &mut signals, guard.lost(), args.held.grace).await,
+        Err(failure) => Err(failure),
+    };
+    let given_back = tokio::time::timeout(GIVE_BACK_LIMIT, guard.release()).await;
+    conclude(
+        &format!("lock {name:?}"),
+        ended,
+        given_back,
+        args.held.grace,
+    )
+}
+
+/// `distlock elect`: see the module docs.
+pub async fn elect(args: ElectArgs) -> CliResult {
+    let mut signals = Signals::install()?;
+    let locks = connect(&args.backend, &args.held).await?;
+    let election = locks.election(args.name.as_str())?;
+    let value = args.value.clone().unwrap_or_else(default_value);
+    tracing::info!(
+        election = election.name(),
+        lock = election.lock_name(),
+        %value,
+        "campaigning"
+    );
+    let leadership = tokio::select! {
+        elected = election.campaign(value.as_str()) => elected?,
+        received = signals.recv() => return Err(Failure::Exit(exit::signaled(received.number))),
+    };
+    tracing::info!(term = leadership.term(), "elected; starting the command");
+    let env = [
+        ("DISTLOCK_FENCING_TOKEN", leadership.term().to_string()),
+        ("DISTLOCK_LOCK_NAME", args.name.clone()),
+        ("DISTLOCK_LEADER_VALUE", value),
+    ];
+    let ended = match child::spawn(&args.command, &env) {
+        Ok(command) => {
+            child::supervise(command, &mut signals, leadership.lost(), args.held.grace).await
+        }
+        Err(failure) => Err(failure),
+    };
+    let given_back = tokio::time::timeout(GIVE_BACK_LIMIT, leadership.resign()).await;
+    conclude(
+        &format!("the leadership of {:?}", args.name),
+        ended,
+        given_back,
+        args.held.grace,
+    )
+}
+
+async fn connect(url: &str, held: &HeldArgs) -> CliResult<Locks> {
+    Ok(distlock::connect_with(url, ConnectOptions::new().lease(held.lease)).await?)
+}
+
+/// distlock's outcome once the command has ended (or could not start) and the lock was given
+/// back (`given_back`: the release's or resignation's result, or its time running out).
+fn conclude(
+    what: &str,
+    ended: CliResult<Ended>,
+    given_back: Result<distlock::Result<()>, tokio::time::error::Elapsed>,
+    grace: Duration,
+) -> CliResult {
+    let status = match ended {
+        Ok(Ended::Exited(status)) => status,
+        Ok(Ended::Stopped {
+            loss,
+            status,
+            killed,
+        }) => {
+            let how = if killed {
+                format!("SIGTERM, then SIGKILL after the {} grace,", human(grace))
+            } else {
+                "SIGTERM and".to_owned()
+            };
+            return Err(Failure::Lost(format!(
+                "{loss}; the command was sent {how} {}",
+                child::describe(status)
+            )));
+        }
+        // It could not start, or waiting for it failed: say so, whatever the release said.
+        Err(failure) => {
+            if let Ok(Err(error)) = &given_back
+                && !error.is_lock_lost()
+                && !error.is_not_owner()
+            {
+                eprintln!("distlock: warning: giving back {what} failed: {error}");
+            }
+            return Err(failure);
+        }
+    };
+    let code = child::exit_code(status);
+    match given_back {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) if error.is_lock_lost() || error.is_not_owner() => {
+            return Err(Failure::Lost(format!(
+                "{what} was found gone when given back, after the command {}: its work may not \
+                 have been protected to its end ({error})",
+                child::describe(status)
+            )));
+        }
+        // Held until the command ended (the loss was not seen); only the release failed, and
+        // the lease frees the lock.
+        Ok(Err(error)) => eprintln!(
+            "distlock: warning: giving back {what} failed: {error}; it frees when its lease ends"
+        ),
+        Err(_) => eprintln!(
+            "distlock: warning: giving back {what} took more than {}; it frees when its lease \
+             ends",
+            human(GIVE_BACK_LIMIT)
+        ),
+    }
+    if code == exit::SUCCESS {
+        Ok(())
+    } else {
+        Err(Failure::Exit(code))
+    }
+}
+
+/// `HOSTNAME:PID`.
+fn default_value() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: gethostname writes at most `buffer.len()` bytes into the buffer.
+    let result = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    let host = if result == 0 {
+        let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+        String::from_utf8_lossy(&buffer[..end]).into_owned()
+    } else {
+        "localhost".to_owned()
+    };
+    format!("{host}:{}", std::process::id())
+}
+
+/// Parses a duration written as a number and a unit: `500ms`, `10s`, `1.5s`, `5m`, `1h`. Zero
+/// is accepted (`--wait 0s` tries once); more than a day is not.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    const FORMAT: &str = "write a number and a unit: 500ms, 10s, 1.5s, 5m or 1h";
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let unit_ms: u32 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "" if !number.is_empty() => return Err(format!("{text:?} has no unit; {FORMAT}")),
+        _ if number.is_empty() => return Err(format!("{text:?} is not a duration; {FORMAT}")),
+        _ => return Err(format!("unknown unit {unit:?} in {text:?}; {FORMAT}")),
+    };
+    let valid = number.split('.').all(|part| !part.is_empty()) && number.matches('.').count() <= 1;
+    let value: f64 = match number.parse() {
+        Ok(value) if valid => value,
+        _ => return Err(format!("{text:?} is not a duration; {FORMAT}")),
+    };
+    let ms = (value * f64::from(unit_ms)).round();
+    let max = distlock::MAX_DURATION.as_millis() as f64;
+    if ms > max {
+        return Err(format!("{text:?} is longer than a day (24h)"));
+    }
+    if ms == 0.0 && value != 0.0 {
+        return Err(format!("{text:?} is shorter than a millisecond"));
+    }
+    // In 0..=a day's milliseconds, whole: the cast is exact.
+    Ok(Duration::from_millis(ms as u64))
+}
+
+/// A duration as `parse_duration` reads it: `200ms`, `2s`, `1.5s`, `5m`, `1h`.
+pub fn human(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms % 3_600_000 == 0 {
+        format!("{}h", ms / 3_600_000)
+    } else if ms % 60_000 == 0 {
+        format!("{}m", ms / 60_000)
+    } else if ms % 1_000 == 0 {
+        format!("{}s", ms / 1_000)
+    } else {
+        format!("{}s", duration.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_their_unit() {
+        let ms = Duration::from_millis;
+        for (text, expected) in [
+            ("500ms", ms(500)),
+            ("10s", ms(10_000)),
+            ("1.5s", ms(1_500)),
+            ("5m", ms(300_000)),
+            ("1h", ms(3_600_000)),
+            ("24h", ms(86_400_000)),
+            ("0s", ms(0)),
+            ("0ms", ms(0)),
+        ] {
+            assert_eq!(parse_duration(text), Ok(expected), "{text}");
+            assert_eq!(parse_duration(&human(expected)), Ok(expected), "{text}");
+        }
+        for bad in [
+            "", "10", "-1s", "s", "1.s", ".5s", "1..5s", "1.2.3s", "5 s", "5sec", "1d", "25h",
+            "0.1ms", "1e3s", "NaNs", "infs", "abc",
+        ] {
+            let error = parse_duration(bad).expect_err(bad);
+            assert!(!error.contains('\n'), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn durations_print_as_they_are_written() {
+        assert_eq!(human(Duration::from_millis(200)), "200ms");
+        assert_eq!(human(Duration::from_secs(2)), "2s");
+        assert_eq!(human(Duration::from_millis(1_500)), "1.5s");
+        assert_eq!(human(Duration::from_secs(300)), "5m");
+        assert_eq!(human(Duration::from_secs(7_200)), "2h");
+    }
+}
