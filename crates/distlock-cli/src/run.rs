@@ -18,6 +18,8 @@
 //! 75 busy (held by another when `--wait` ran out); 76 lost (while the command ran, or found
 //! gone when given back); 126 the command cannot be executed; 127 the command was not found.
 
+use crate::exporter::MetricsArgs;
+use distlock::Schedule;
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -51,6 +53,14 @@ pub struct RunArgs {
     /// Every user of NAME must give the same N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(distlock::MAX_PERMITS)))]
     pub permits: Option<u32>,
+    /// Run the command at most once per this interval across every host that runs this
+    /// line (a cron job on a fleet; ShedLock's lock): the lock is tried once and, when held,
+    /// distlock exits 0 without running the command. The lock is held at least and at most
+    /// nine tenths of the interval (`Schedule::at_most_once_per`): a command still running
+    /// then is stopped as on a loss, and distlock stays until the lower bound has passed
+    /// after a shorter command.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["wait", "permits", "skip_if_held"])]
+    pub once_per: Option<Duration>,
     #[command(flatten)]
     pub held: HeldArgs,
     /// The command and its arguments, after `--`.
@@ -88,16 +98,25 @@ pub struct HeldArgs {
     /// killed with SIGKILL, the lock frees this long after at most (the command runs on).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub lease: Duration,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// `distlock run`: see the module docs.
 pub async fn run(args: RunArgs) -> CliResult {
     let mut signals = Signals::install()?;
+    let _exporter = crate::exporter::serve(&args.held.metrics).await?;
     let locks = connect(&args.backend, &args.held).await?;
+    let schedule = args.once_per.map(Schedule::at_most_once_per);
+    // A scheduled run tries once and, held, is skipped quietly (another host ran it).
+    let skip_if_held = args.skip_if_held || schedule.is_some();
     let wait = args
         .wait
-        .or_else(|| args.skip_if_held.then_some(Duration::ZERO));
-    let options = wait.map_or_else(AcquireOptions::new, |wait| AcquireOptions::new().wait(wait));
+        .or_else(|| skip_if_held.then_some(Duration::ZERO));
+    let mut options = wait.map_or_else(AcquireOptions::new, |wait| AcquireOptions::new().wait(wait));
+    if let Some(schedule) = schedule {
+        options = options.lease(schedule.hold_at_most_for());
+    }
     let name = args.name.as_str();
     let acquire = async {
         match args.permits {
@@ -121,7 +140,7 @@ pub async fn run(args: RunArgs) -> CliResult {
                 None => format!("lock {name:?} is held by another"),
                 Some(permits) => format!("all {permits} permits of {name:?} are held by others"),
             };
-            if args.skip_if_held {
+            if skip_if_held {
                 tracing::info!("skipped: {held} ({waited})");
                 return Ok(());
             }
@@ -129,6 +148,7 @@ pub async fn run(args: RunArgs) -> CliResult {
         }
         Err(error) => return Err(error.into()),
     };
+    let granted = tokio::time::Instant::now();
     let token = guard.fencing_token();
     tracing::info!(
         lock = guard.name(),
@@ -146,6 +166,24 @@ pub async fn run(args: RunArgs) -> CliResult {
         Ok(command) => child::supervise(command, &mut signals, guard.lost(), args.held.grace).await,
         Err(failure) => Err(failure),
     };
+    if let Some(schedule) = schedule {
+        // Held until the lower bound, from the grant: hosts whose cron fires a little later
+        // find it held and skip. (This process keeps the hold, as the backends that keep
+        // leases in the client need.)
+        let left = schedule.hold_at_least_for().saturating_sub(granted.elapsed());
+        tokio::select! {
+            () = tokio::time::sleep(left) => {}
+            _ = guard.lost() => {}
+        }
+        // The fixed lease (the upper bound) ran out after the command ended: that is the
+        // hold ending as scheduled, not a loss of the command's protection.
+        if matches!(ended, Ok(child::Ended::Exited(_)))
+            && guard.loss_reason() == Some(distlock::LossReason::LeaseRanOut)
+        {
+            drop(guard);
+            return conclude(&format!("lock {name:?}"), ended, Ok(Ok(())), args.held.grace);
+        }
+    }
     let given_back = tokio::time::timeout(GIVE_BACK_LIMIT, guard.release()).await;
     conclude(
         &format!("lock {name:?}"),
@@ -158,6 +196,7 @@ pub async fn run(args: RunArgs) -> CliResult {
 /// `distlock elect`: see the module docs.
 pub async fn elect(args: ElectArgs) -> CliResult {
     let mut signals = Signals::install()?;
+    let _exporter = crate::exporter::serve(&args.held.metrics).await?;
     let locks = connect(&args.backend, &args.held).await?;
     let election = locks.election(args.name.as_str())?;
     let value = args.value.clone().unwrap_or_else(default_value);

@@ -8,6 +8,7 @@ mod demo;
 mod hot_item;
 mod operator;
 mod run;
+mod scheduled;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -14,14 +14,14 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 /// A `distlock run` or `elect` process; killed (with the command processes it noted) if the
 /// test fails before it exits.
-struct Running {
+pub(crate) struct Running {
     child: Child,
     /// Process ids of commands it started, killed too if the test fails.
     commands: Vec<u32>,
 }
 
 impl Running {
-    fn start(args: &[&str]) -> Self {
+    pub(crate) fn start(args: &[&str]) -> Self {
         let child = Command::new(BIN)
             .args(args)
             .stdin(Stdio::null())
@@ -40,7 +40,12 @@ impl Running {
     }
 
     /// Waits at most `limit` for it to exit; its status and stderr.
-    fn wait(&mut self, limit: Duration) -> (ExitStatus, String) {
+    /// Its stderr, to read while it runs (`wait` then reads what is left).
+    pub(crate) fn stderr(&mut self) -> &mut std::process::ChildStderr {
+        self.child.stderr.as_mut().unwrap()
+    }
+
+    pub(crate) fn wait(&mut self, limit: Duration) -> (ExitStatus, String) {
         let start = Instant::now();
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -107,7 +112,7 @@ fn is_free(url: &str, name: &str) -> bool {
     String::from_utf8_lossy(&status.stdout).starts_with("free")
 }
 
-fn read(file: &Path) -> String {
+pub(crate) fn read(file: &Path) -> String {
     std::fs::read_to_string(file).unwrap_or_default()
 }
 
