@@ -120,7 +120,10 @@ async fn answer(mut stream: TcpStream, handle: &PrometheusHandle) -> std::io::Re
         // Too slow to send a request: the connection is closed unanswered.
         Err(_) => return Ok(()),
     }
-    let line = head.split(|&b| b == b'\r' || b == b'\n').next().unwrap_or(&[]);
+    let line = head
+        .split(|&b| b == b'\r' || b == b'\n')
+        .next()
+        .unwrap_or(&[]);
     let mut words = line.split(|&b| b == b' ');
     let (method, path) = (words.next(), words.next());
     let (status, body) = match (method, path) {

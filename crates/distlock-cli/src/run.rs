@@ -110,10 +110,9 @@ pub async fn run(args: RunArgs) -> CliResult {
     let schedule = args.once_per.map(Schedule::at_most_once_per);
     // A scheduled run tries once and, held, is skipped quietly (another host ran it).
     let skip_if_held = args.skip_if_held || schedule.is_some();
-    let wait = args
-        .wait
-        .or_else(|| skip_if_held.then_some(Duration::ZERO));
-    let mut options = wait.map_or_else(AcquireOptions::new, |wait| AcquireOptions::new().wait(wait));
+    let wait = args.wait.or_else(|| skip_if_held.then_some(Duration::ZERO));
+    let mut options =
+        wait.map_or_else(AcquireOptions::new, |wait| AcquireOptions::new().wait(wait));
     if let Some(schedule) = schedule {
         options = options.lease(schedule.hold_at_most_for());
     }
@@ -170,7 +169,9 @@ pub async fn run(args: RunArgs) -> CliResult {
         // Held until the lower bound, from the grant: hosts whose cron fires a little later
         // find it held and skip. (This process keeps the hold, as the backends that keep
         // leases in the client need.)
-        let left = schedule.hold_at_least_for().saturating_sub(granted.elapsed());
+        let left = schedule
+            .hold_at_least_for()
+            .saturating_sub(granted.elapsed());
         tokio::select! {
             () = tokio::time::sleep(left) => {}
             _ = guard.lost() => {}
@@ -181,7 +182,12 @@ pub async fn run(args: RunArgs) -> CliResult {
             && guard.loss_reason() == Some(distlock::LossReason::LeaseRanOut)
         {
             drop(guard);
-            return conclude(&format!("lock {name:?}"), ended, Ok(Ok(())), args.held.grace);
+            return conclude(
+                &format!("lock {name:?}"),
+                ended,
+                Ok(Ok(())),
+                args.held.grace,
+            );
         }
     }
     let given_back = tokio::time::timeout(GIVE_BACK_LIMIT, guard.release()).await;

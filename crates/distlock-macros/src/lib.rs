@@ -26,11 +26,11 @@ mod duration;
 mod name;
 mod options;
 
-use syn::visit_mut::VisitMut;
 use proc_macro::TokenStream;
 use proc_macro2::Span;
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
 use syn::{AttrStyle, ItemFn, ReturnType};
 
 use crate::options::Options;

@@ -191,8 +191,7 @@ pub(crate) fn renewal(backend: &'static str, outcome: Renewal, took: Duration) {
             Renewal::Late => "late",
         };
         metrics::counter!(RENEWALS, "backend" => backend, "outcome" => outcome).increment(1);
-        metrics::histogram!(RENEWAL_SECONDS, "backend" => backend)
-            .record(took.as_secs_f64());
+        metrics::histogram!(RENEWAL_SECONDS, "backend" => backend).record(took.as_secs_f64());
     }
 }
 

@@ -10,9 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::mutex::release_after_work;
 use crate::options::{AcquireOptions, MAX_DURATION, MIN_LEASE};
 use crate::{Guard, Locks};
-use crate::mutex::release_after_work;
 
 /// How long a scheduled run holds its lock: [`Locks::run_exclusive`]'s two bounds.
 ///

@@ -14,8 +14,11 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 /// series (a gauge too: it reads back what was added since), so they are summed here.
 #[derive(Default)]
 struct Seen {
-    series: Mutex<HashMap<(String, Vec<(String, String)>), f64>>,
+    series: Mutex<HashMap<Series, f64>>,
 }
+
+/// A series: its name and labels.
+type Series = (String, Vec<(String, String)>);
 
 impl Seen {
     /// The sum of a counter's series (or the count of a histogram's samples, or a gauge's
@@ -81,7 +84,8 @@ async fn metrics_count_every_acquisition_outcome_hold_renewal_and_loss() {
     assert_eq!(seen.total(&snapshotter, meter::ACQUIRE_SECONDS, &busy), 1.0);
     assert_eq!(seen.total(&snapshotter, meter::TIMEOUTS, &memory), 0.0);
 
-    let timed_out = tokio::time::timeout(FIVE, 
+    let timed_out = tokio::time::timeout(
+        FIVE,
         locks
             .mutex("m/a")
             .unwrap()
@@ -97,7 +101,10 @@ async fn metrics_count_every_acquisition_outcome_hold_renewal_and_loss() {
     let cancelled = tokio::time::timeout(Duration::from_millis(100), mutex.acquire()).await;
     assert!(cancelled.is_err(), "acquired a held lock");
     let dropped = [("backend", "memory"), ("outcome", "cancelled")];
-    assert_eq!(seen.total(&snapshotter, meter::ACQUIRE_SECONDS, &dropped), 1.0);
+    assert_eq!(
+        seen.total(&snapshotter, meter::ACQUIRE_SECONDS, &dropped),
+        1.0
+    );
     assert_eq!(seen.total(&snapshotter, meter::WAITING, &memory), 0.0);
 
     // A waiter granted after the holder's release, while renewals keep the holder's lease.
@@ -108,7 +115,11 @@ async fn metrics_count_every_acquisition_outcome_hold_renewal_and_loss() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(seen.total(&snapshotter, meter::WAITING, &memory), 1.0);
     held.release().await.unwrap();
-    let second = tokio::time::timeout(FIVE, waiter).await.unwrap().unwrap().unwrap();
+    let second = tokio::time::timeout(FIVE, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     let after_wait = [("backend", "memory"), ("waited", "true")];
     assert_eq!(seen.total(&snapshotter, meter::GRANTS, &after_wait), 1.0);
     assert_eq!(seen.total(&snapshotter, meter::HOLD_SECONDS, &memory), 1.0);
@@ -118,7 +129,8 @@ async fn metrics_count_every_acquisition_outcome_hold_renewal_and_loss() {
     second.release().await.unwrap();
 
     // A fixed lease that runs out: one loss, with its reason.
-    let short = tokio::time::timeout(FIVE, 
+    let short = tokio::time::timeout(
+        FIVE,
         locks
             .mutex("m/b")
             .unwrap()

@@ -203,7 +203,9 @@ async fn show(
     Path(concert_id): Path<u64>,
 ) -> Result<Json<serde_json::Value>, ShopError> {
     let left = app.shop.store.quantity(&item(concert_id)).await?;
-    Ok(Json(serde_json::json!({ "concert": concert_id, "left": left })))
+    Ok(Json(
+        serde_json::json!({ "concert": concert_id, "left": left }),
+    ))
 }
 
 /// The stock store for a URL: the lock backend's own store where it has one.

@@ -68,7 +68,10 @@ async fn sell(services: &[Service]) -> (u64, Outcome) {
     assert_eq!(put.status(), 204, "{:?}", put.text().await);
     let mut orders = tokio::task::JoinSet::new();
     for i in 0..ORDERS {
-        let url = format!("{}/concerts/{concert}/orders", services[i % services.len()].base);
+        let url = format!(
+            "{}/concerts/{concert}/orders",
+            services[i % services.len()].base
+        );
         let client = client.clone();
         orders.spawn(async move {
             let response = client
@@ -126,19 +129,40 @@ async fn left(service: &Service, concert: u64) -> u64 {
 async fn sells_exactly_the_tickets(args: &[&str]) {
     let services = [start(args).await, start(args).await];
     let (concert, outcome) = sell(&services).await;
-    assert!(outcome.other.is_empty(), "orders neither sold nor sold out: {:?}", outcome.other);
+    assert!(
+        outcome.other.is_empty(),
+        "orders neither sold nor sold out: {:?}",
+        outcome.other
+    );
     assert_eq!(outcome.sold.len() as u64, TICKETS, "tickets sold");
-    assert_eq!(outcome.sold_out, ORDERS - TICKETS as usize, "orders refused as sold out");
-    let lefts: HashSet<u64> = outcome.sold.iter().map(|r| r["left"].as_u64().unwrap()).collect();
+    assert_eq!(
+        outcome.sold_out,
+        ORDERS - TICKETS as usize,
+        "orders refused as sold out"
+    );
+    let lefts: HashSet<u64> = outcome
+        .sold
+        .iter()
+        .map(|r| r["left"].as_u64().unwrap())
+        .collect();
     assert_eq!(lefts, (0..TICKETS).collect(), "a ticket sold twice or lost");
     let tokens: HashSet<u64> = outcome
         .sold
         .iter()
         .map(|r| r["fencing_token"].as_u64().unwrap())
         .collect();
-    assert_eq!(tokens.len() as u64, TICKETS, "promise 3: a fencing token given twice");
+    assert_eq!(
+        tokens.len() as u64,
+        TICKETS,
+        "promise 3: a fencing token given twice"
+    );
     for service in &services {
-        assert_eq!(left(service, concert).await, 0, "stock left at {}", service.base);
+        assert_eq!(
+            left(service, concert).await,
+            0,
+            "stock left at {}",
+            service.base
+        );
     }
 }
 

@@ -18,10 +18,25 @@ fn run_once_per_runs_once_per_interval() {
     let dir = tempfile::tempdir().unwrap();
     let url = sqlite_url(dir.path());
     // Made first: two processes creating a new SQLite file at once can collide on its setup.
-    assert!(crate::distlock(&["status", "--backend", &url, "report"]).status.success());
+    assert!(
+        crate::distlock(&["status", "--backend", &url, "report"])
+            .status
+            .success()
+    );
     let file = dir.path().join("ran");
     let line = format!("echo ran >> {}", file.display());
-    let args = ["run", "--backend", &url, "--once-per", "3s", "report", "--", "sh", "-c", &line];
+    let args = [
+        "run",
+        "--backend",
+        &url,
+        "--once-per",
+        "3s",
+        "report",
+        "--",
+        "sh",
+        "-c",
+        &line,
+    ];
     let start = Instant::now();
     let (mut a, mut b) = (Running::start(&args), Running::start(&args));
     while read(&file).lines().count() == 0 {
@@ -37,7 +52,11 @@ fn run_once_per_runs_once_per_interval() {
         let (status, stderr) = run.wait(LIMIT);
         assert_eq!(status.code(), Some(0), "{stderr}");
     }
-    assert_eq!(read(&file).lines().count(), 1, "ran more than once in one interval");
+    assert_eq!(
+        read(&file).lines().count(),
+        1,
+        "ran more than once in one interval"
+    );
     assert!(
         start.elapsed() >= Duration::from_millis(2700),
         "the run that ran left before its lower bound ({:?})",
@@ -45,7 +64,11 @@ fn run_once_per_runs_once_per_interval() {
     );
     let (status, stderr) = Running::start(&args).wait(LIMIT);
     assert_eq!(status.code(), Some(0), "{stderr}");
-    assert_eq!(read(&file).lines().count(), 2, "the next interval's firing did not run");
+    assert_eq!(
+        read(&file).lines().count(),
+        2,
+        "the next interval's firing did not run"
+    );
 }
 
 /// `--metrics-addr 127.0.0.1:0`: the address is printed on stderr, and a scrape while the
@@ -67,7 +90,9 @@ fn run_serves_metrics_while_the_command_runs() {
     ]);
     let mut stderr = BufReader::new(running.stderr());
     let mut first = String::new();
-    stderr.read_line(&mut first).expect("read distlock's stderr");
+    stderr
+        .read_line(&mut first)
+        .expect("read distlock's stderr");
     let addr = first
         .trim()
         .strip_prefix("distlock: metrics at http://")
@@ -80,7 +105,10 @@ fn run_serves_metrics_while_the_command_runs() {
         if page.contains("distlock_held{backend=\"sqlite\"} 1") {
             break page;
         }
-        assert!(start.elapsed() < LIMIT, "the lock never showed as held:\n{page}");
+        assert!(
+            start.elapsed() < LIMIT,
+            "the lock never showed as held:\n{page}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
@@ -99,6 +127,8 @@ fn scrape(addr: &str, path: &str) -> String {
     stream.set_read_timeout(Some(LIMIT)).unwrap();
     write!(stream, "GET {path} HTTP/1.1\r\nhost: {addr}\r\n\r\n").unwrap();
     let mut page = String::new();
-    stream.read_to_string(&mut page).expect("read the metrics page");
+    stream
+        .read_to_string(&mut page)
+        .expect("read the metrics page");
     page
 }

@@ -53,8 +53,16 @@ pub async fn promise1_scheduled_job_runs_once_per_hold(target: &Target) {
     let start = Instant::now();
     let first = fire("first firing").await;
     let tokens: Vec<u64> = first.iter().flatten().copied().collect();
-    assert_eq!(tokens.len(), 1, "first firing: not exactly one run: {first:?}");
-    assert_eq!(ran.load(Ordering::SeqCst), 1, "first firing: the job ran twice");
+    assert_eq!(
+        tokens.len(),
+        1,
+        "first firing: not exactly one run: {first:?}"
+    );
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "first firing: the job ran twice"
+    );
     let again = fire("fired within the hold").await;
     assert!(
         start.elapsed() >= Duration::from_secs(2) || again.iter().all(Option::is_none),
@@ -63,7 +71,11 @@ pub async fn promise1_scheduled_job_runs_once_per_hold(target: &Target) {
     free_within(target, &name, Duration::from_secs(6), "after the hold").await;
     let third = fire("after the hold").await;
     let later: Vec<u64> = third.iter().flatten().copied().collect();
-    assert_eq!(later.len(), 1, "after the hold: not exactly one run: {third:?}");
+    assert_eq!(
+        later.len(),
+        1,
+        "after the hold: not exactly one run: {third:?}"
+    );
     assert!(
         later[0] > tokens[0],
         "promise 3: token {} after {}",
@@ -91,8 +103,17 @@ pub async fn promise2_scheduled_job_stops_at_its_upper_bound(target: &Target) {
         .expect("the job was not stopped at its upper bound");
     let error = answer.expect_err("a job past its upper bound answered success");
     assert!(error.is_lock_lost(), "{error}");
-    assert!(!finished.load(Ordering::SeqCst), "the job went on after the loss");
-    free_within(target, &name, Duration::from_secs(5), "after the upper bound").await;
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the job went on after the loss"
+    );
+    free_within(
+        target,
+        &name,
+        Duration::from_secs(5),
+        "after the upper bound",
+    )
+    .await;
 }
 
 /// Promise 4: a run cancelled while its job runs leaves nothing behind (the lock frees at
@@ -113,7 +134,13 @@ pub async fn promise4_cancelled_scheduled_job_leaves_nothing(target: &Target) {
         _ = run => panic!("a pending job finished"),
         _ = started.notified() => {}
     }
-    free_within(target, &name, Duration::from_secs(5), "after a cancelled run").await;
+    free_within(
+        target,
+        &name,
+        Duration::from_secs(5),
+        "after a cancelled run",
+    )
+    .await;
     let bad = Schedule::hold(Duration::from_secs(2), Duration::from_secs(1));
     let refused = locks.run_exclusive(name.as_str(), bad, |_| async {}).await;
     assert!(

@@ -14,9 +14,9 @@ use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 
 use super::{ClientInner, Grant, LeaseMode};
-use crate::meter;
 use crate::backend::{Owner, SessionStatus};
 use crate::error::LossReason;
+use crate::meter;
 use crate::name::LockName;
 
 /// How many locks one renewal request carries at most.
