@@ -55,10 +55,10 @@ pub struct RunArgs {
     pub permits: Option<u32>,
     /// Run the command at most once per this interval across every host that runs this
     /// line (a cron job on a fleet; ShedLock's lock): the lock is tried once and, when held,
-    /// distlock exits 0 without running the command. The lock is held at least and at most
-    /// nine tenths of the interval (`Schedule::at_most_once_per`): a command still running
-    /// then is stopped as on a loss, and distlock stays until the lower bound has passed
-    /// after a shorter command.
+    /// distlock exits 0 without running the command. The lock is held at least 0.9 and at
+    /// most 0.95 of the interval (`Schedule::at_most_once_per`): a command still running at
+    /// the upper bound is stopped as on a loss, and distlock stays until the lower bound has
+    /// passed after a shorter command.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["wait", "permits", "skip_if_held"])]
     pub once_per: Option<Duration>,
     #[command(flatten)]
@@ -181,7 +181,8 @@ pub async fn run(args: RunArgs) -> CliResult {
         if matches!(ended, Ok(child::Ended::Exited(_)))
             && guard.loss_reason() == Some(distlock::LossReason::LeaseRanOut)
         {
-            drop(guard);
+            // Not released (a release would free the server's lease early): it runs out.
+            std::mem::forget(guard);
             return conclude(
                 &format!("lock {name:?}"),
                 ended,

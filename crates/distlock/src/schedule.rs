@@ -30,7 +30,7 @@ use crate::{Guard, Locks};
 /// // A job fired every 5 minutes on every instance: one run per 5 minutes across the fleet.
 /// let every_five = Schedule::at_most_once_per(Duration::from_secs(300));
 /// assert_eq!(every_five.hold_at_least_for(), Duration::from_secs(270));
-/// assert_eq!(every_five.hold_at_most_for(), Duration::from_secs(270));
+/// assert_eq!(every_five.hold_at_most_for(), Duration::from_secs(285));
 ///
 /// // ShedLock's two bounds set by hand: hold 1 minute at least, 10 minutes at most.
 /// let nightly = Schedule::hold(Duration::from_secs(60), Duration::from_secs(600));
@@ -44,15 +44,16 @@ pub struct Schedule {
 
 impl Schedule {
     /// For a job that every instance's scheduler fires every `interval`: the job runs at
-    /// most once per interval across the fleet. Both bounds are nine tenths of the interval:
-    /// the hold ends a little before the next firing, so schedulers that fire a few
-    /// milliseconds apart cannot find the previous run's hold still there and skip a whole
-    /// interval, and a job may run for nine tenths of its interval.
+    /// most once per interval across the fleet. The lock is held at least nine tenths of the
+    /// interval and at most nineteen twentieths: the hold ends a little before the next
+    /// firing, so schedulers that fire a few milliseconds apart cannot find the previous
+    /// run's hold still there and skip a whole interval; and the upper bound stays above the
+    /// lower one by more than the client's allowance for clock drift (1% of a lease), so the
+    /// client does not count the hold lost before the lower bound.
     pub fn at_most_once_per(interval: Duration) -> Self {
-        let bound = interval - interval / 10;
         Schedule {
-            at_least: bound,
-            at_most: bound,
+            at_least: interval - interval / 10,
+            at_most: interval - interval / 20,
         }
     }
 
