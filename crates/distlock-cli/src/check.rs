@@ -58,6 +58,27 @@ struct Report<'a> {
     verdict: &'a Verdict,
 }
 
+/// Where worker `id` serves its metrics when the checker serves at `checker`: the next
+/// ports, or a free port each when the checker's is 0.
+fn worker_metrics_addr(
+    checker: Option<std::net::SocketAddr>,
+    id: u32,
+) -> CliResult<Option<std::net::SocketAddr>> {
+    let Some(mut addr) = checker else {
+        return Ok(None);
+    };
+    if addr.port() != 0 {
+        let port = u32::from(addr.port()) + 1 + id;
+        let port = u16::try_from(port).map_err(|_| {
+            Failure::usage(format!(
+                "--metrics-addr {addr}: worker {id} would need port {port}; pick a lower port"
+            ))
+        })?;
+        addr.set_port(port);
+    }
+    Ok(Some(addr))
+}
+
 struct Running {
     id: u32,
     child: Child,
@@ -88,7 +109,11 @@ impl Spawner<'_> {
         };
         let exe = std::env::current_exe()
             .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
-        let child = Command::new(exe)
+        let mut command = Command::new(exe);
+        if let Some(addr) = worker_metrics_addr(args.metrics.metrics_addr, id)? {
+            command.arg("--metrics-addr").arg(addr.to_string());
+        }
+        let child = command
             .arg("check-worker")
             .args(["--backend", &backend, "--name", &self.name])
             .arg("--store")
@@ -129,6 +154,8 @@ pub async fn run(args: CheckArgs) -> CliResult {
     if proxied {
         Proxies::check_url(&args.backend)?;
     }
+    worker_metrics_addr(args.metrics.metrics_addr, args.workers)?;
+    let _exporter = crate::exporter::serve(&args.metrics).await?;
     // The backend must answer before any worker starts.
     let locks = distlock::connect(&args.backend).await?;
     locks.ping().await?;
@@ -450,6 +477,13 @@ fn uuid_like() -> String {
 
 /// One worker process: takes the lock until the run ends or it made `--max` acquisitions.
 pub async fn worker(args: CheckWorkerArgs) -> CliResult {
+    // A worker whose metrics cannot be served still checks: the metrics are an extra.
+    let _exporter = crate::exporter::serve(&args.metrics)
+        .await
+        .unwrap_or_else(|failure| {
+            eprintln!("distlock: warning: worker {}: {failure}", args.id);
+            None
+        });
     // If the checker dies (Ctrl-C, killed), this worker must not live on, least of all
     // stopped by a pause that will never end: the kernel kills it with its parent.
     // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of this process.

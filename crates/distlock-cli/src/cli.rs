@@ -32,6 +32,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// Tells whether a lock is held.
     Status(StatusArgs),
+    /// Lists the locks held, under a name prefix: each with its holder, fencing token, lease
+    /// left and waiters where the backend tells.
+    List(ListArgs),
     /// Frees a lock whoever holds it (operators only: the holder keeps working until it
     /// notices, and only fencing tokens stop its writes).
     ForceUnlock(LockArgs),
@@ -323,6 +326,11 @@ pub struct CheckArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Serve the checker's metrics at http://ADDR/metrics, and each worker's at the next
+    /// ports (worker N at port+1+N; with port 0 each picks a free one); every address is
+    /// printed on stderr.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// A fault `distlock check` injects.
@@ -372,6 +380,8 @@ pub struct CheckWorkerArgs {
     /// leases instead (the checker asks for such a hold before a partition).
     #[arg(long)]
     pub long_flag: PathBuf,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// `distlock status`.
@@ -380,6 +390,23 @@ pub struct StatusArgs {
     #[command(flatten)]
     pub lock: LockArgs,
     /// Print one JSON object instead of `locked` or `free`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `distlock list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// The backend URL, e.g. redis://127.0.0.1:6379/.
+    #[arg(long)]
+    pub backend: String,
+    /// List only names that start with this (default: every name).
+    #[arg(default_value = "")]
+    pub prefix: String,
+    /// List at most this many names.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=distlock::MAX_LIST as u64))]
+    pub limit: u64,
+    /// Print one JSON object instead of a line per lock.
     #[arg(long)]
     pub json: bool,
 }
@@ -440,6 +467,7 @@ pub async fn run(cli: Cli) -> CliResult {
         },
         Command::Bench(args) => bench::run(args).await,
         Command::Status(args) => operator::status(args).await,
+        Command::List(args) => operator::list(args).await,
         Command::ForceUnlock(args) => operator::force_unlock(args).await,
         Command::Run(args) => run::run(args).await,
         Command::Elect(args) => run::elect(args).await,

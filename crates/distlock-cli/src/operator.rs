@@ -5,7 +5,7 @@ use std::time::Duration;
 use distlock::{AcquireOptions, ConnectOptions};
 use serde::Serialize;
 
-use crate::cli::{HoldArgs, HoldKind, LockArgs, StatusArgs};
+use crate::cli::{HoldArgs, HoldKind, ListArgs, LockArgs, StatusArgs};
 use crate::failure::{CliResult, Failure};
 use crate::json;
 
@@ -57,6 +57,82 @@ pub async fn status(args: StatusArgs) -> CliResult {
     }
     line += &format!(" waiters={}", known(status.waiters.map(|w| w.to_string())));
     println!("{line}");
+    Ok(())
+}
+
+/// One lock of `list --json`: its name and what `status` would say of it.
+#[derive(Debug, Serialize)]
+struct Listed {
+    lock: String,
+    holder: Option<String>,
+    holds: Option<u32>,
+    fencing_token: Option<u64>,
+    remaining_lease_ms: Option<u64>,
+    waiters: Option<u64>,
+}
+
+/// What `list --json` answers.
+#[derive(Debug, Serialize)]
+struct Listing<'a> {
+    backend: &'a str,
+    prefix: &'a str,
+    limit: usize,
+    /// True when `limit` names were found: there may be more.
+    truncated: bool,
+    locks: Vec<Listed>,
+}
+
+/// Prints the locks held under a prefix, one line each (name, holder, token, lease left,
+/// waiters where the backend tells), or one JSON object.
+pub async fn list(args: ListArgs) -> CliResult {
+    let locks = distlock::connect(&args.backend).await?;
+    let limit = usize::try_from(args.limit).unwrap_or(distlock::MAX_LIST);
+    let names = locks.list_held(&args.prefix, limit).await?;
+    let mut listed = Vec::with_capacity(names.len());
+    for name in &names {
+        let info = locks.inspect(name).await?;
+        if !info.locked {
+            // Released between the listing and this look.
+            continue;
+        }
+        listed.push(Listed {
+            lock: name.clone(),
+            holder: info.holder,
+            holds: info.holds,
+            fencing_token: info.fencing_token,
+            remaining_lease_ms: info
+                .remaining_lease
+                .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
+            waiters: info.waiters,
+        });
+    }
+    let truncated = names.len() == limit;
+    if args.json {
+        let listing = Listing {
+            backend: locks.backend_scheme(),
+            prefix: &args.prefix,
+            limit,
+            truncated,
+            locks: listed,
+        };
+        return json::print_fact("list", &listing);
+    }
+    let known = |value: Option<String>| value.unwrap_or_else(|| "unknown".to_owned());
+    for lock in listed {
+        println!(
+            "{} holder={} fencing_token={} lease_left_ms={} waiters={}",
+            lock.lock,
+            known(lock.holder),
+            known(lock.fencing_token.map(|t| t.to_string())),
+            known(lock.remaining_lease_ms.map(|ms| ms.to_string())),
+            known(lock.waiters.map(|w| w.to_string())),
+        );
+    }
+    if truncated {
+        eprintln!(
+            "distlock: the first {limit} names; there may be more (--limit, or a longer prefix)"
+        );
+    }
     Ok(())
 }
 

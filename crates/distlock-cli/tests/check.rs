@@ -136,3 +136,53 @@ fn network_faults_on_an_unroutable_backend_are_refused() {
         assert!(stderr.contains("network faults"), "{url}: {stderr}");
     }
 }
+
+/// `check --metrics-addr 127.0.0.1:0`: the checker and every worker print where they serve
+/// their metrics, and a worker's page, scraped while the check runs, counts its grants.
+#[test]
+fn check_serves_the_workers_metrics() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    let mut child = Command::new(BIN)
+        .args(["check", "--backend", &url, "--json", "--faults", ""])
+        .args(["--duration-s", "8", "--workers", "2", "--lease-ms", "500"])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the distlock binary");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut addresses = Vec::new();
+    while addresses.len() < 3 {
+        let line = lines
+            .next()
+            .expect("the check ended before 3 metrics addresses were printed")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("distlock: metrics at http://") {
+            addresses.push(rest.trim_end_matches("/metrics").to_owned());
+        }
+    }
+    // The last address printed is a worker's (the checker's comes first).
+    let worker = addresses.last().unwrap().clone();
+    let start = std::time::Instant::now();
+    loop {
+        let mut stream = std::net::TcpStream::connect(&worker).expect("connect to a worker");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        write!(stream, "GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut page = String::new();
+        stream.read_to_string(&mut page).unwrap();
+        if page.contains("distlock_grants_total{backend=\"sqlite\"") {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(6),
+            "no grant counted by the worker:\n{page}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the check failed");
+}

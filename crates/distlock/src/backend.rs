@@ -165,6 +165,20 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// and its term still refuses older ones. True when that record was there.
     async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool>;
 
+    /// The names of the locks held now that start with `prefix`, in byte order, at most
+    /// `limit` of them (an operator's tool: `distlock list`; changes nothing). A name is
+    /// listed once whatever kinds of it are held (a reader and a writer of one name are one
+    /// name), with the primitives' own names (`NAME#permits`, `NAME#leader`...) as they are.
+    /// Names held at the moment of the answer: a lock whose lease ran out on the server is not
+    /// listed, one granted meanwhile may be missing.
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        let _ = (prefix, limit);
+        Err(Error::Unsupported {
+            backend: self.scheme(),
+            operation: "listing the locks held",
+        })
+    }
+
     /// What the backend can tell about `name`, changing nothing (an operator's tool: `distlock
     /// status`). The default knows only whether it is held ([`Backend::is_locked`]).
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {

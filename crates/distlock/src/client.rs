@@ -33,6 +33,9 @@ impl fmt::Debug for Locks {
     }
 }
 
+/// The most names one [`Locks::list_held`] answers.
+pub const MAX_LIST: usize = 100_000;
+
 impl Locks {
     /// A client over a backend built outside this crate.
     ///
@@ -138,6 +141,37 @@ impl Locks {
     pub async fn inspect(&self, name: &str) -> Result<crate::backend::LockInfo> {
         let name = LockName::new(name)?;
         self.inner.backend.inspect(&name).await
+    }
+
+    /// The names of the locks held now that start with `prefix`, in byte order, at most
+    /// `limit` of them (an operator's tool: `distlock list`). What each backend can list,
+    /// and what it costs, is on its page in `docs/backends/`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock::Result<()> {
+    /// let locks = distlock::connect("memory://").await?;
+    /// let guard = locks.mutex("orders/42")?.acquire().await?;
+    /// assert_eq!(locks.list_held("orders/", 100).await?, ["orders/42"]);
+    /// # guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a limit of zero or above
+    /// [`MAX_LIST`]; backend errors.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        if limit == 0 || limit > MAX_LIST {
+            return Err(crate::Error::invalid(
+                "limit",
+                format!("{limit} is outside 1..={MAX_LIST}; list by a longer prefix instead"),
+            ));
+        }
+        self.inner.backend.list_held(prefix, limit).await
     }
 
     /// Frees `name` whoever holds it; true when it was held. For operators: the holder is

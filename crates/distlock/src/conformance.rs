@@ -213,6 +213,7 @@ macro_rules! conformance_suite {
             nested_acquire_is_not_starved_by_waiters,
             two_waiting_tasks_of_one_holder_share_the_grant,
             run_holds_the_lock_for_the_work,
+            list_names_the_locks_held,
             promise2_run_stops_the_work_when_the_lock_is_lost,
             promise1_scheduled_job_runs_once_per_hold,
             promise2_scheduled_job_stops_at_its_upper_bound,

@@ -157,7 +157,7 @@ pub mod zookeeper;
 use std::sync::Arc;
 
 pub use crate::backend::{MAX_PUBLISHED_VALUE, SessionState, SessionStatus};
-pub use crate::client::Locks;
+pub use crate::client::{Locks, MAX_LIST};
 pub use crate::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership};
 pub use crate::error::{BoxError, Error, LossReason, Result};
 pub use crate::multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};

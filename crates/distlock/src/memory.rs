@@ -151,6 +151,21 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        let now = Instant::now();
+        let state = self.state();
+        let mut names: Vec<String> = state
+            .held
+            .iter()
+            .filter(|(name, holding)| holding.expires_at > now && name.as_str().starts_with(prefix))
+            .map(|(name, _)| name.as_str().to_owned())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names.truncate(limit);
+        Ok(names)
+    }
+
     async fn try_acquire(
         &self,
         name: &LockName,

@@ -115,3 +115,38 @@ fn operator_commands_see_and_free_a_lock_held_by_another_process() {
     assert_eq!(status["locked"], false, "{status}");
     assert!(status["holder"].is_null(), "{status}");
 }
+
+/// `list` shows the locks other processes hold under a prefix, with their tokens, as lines
+/// and as JSON; a name outside the prefix is left out; a limit of zero is bad input.
+#[test]
+fn list_shows_the_locks_held_under_a_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let (mut first, first_token) = spawn_holder(&url, "orders/1", 30_000);
+    let (mut second, second_token) = spawn_holder(&url, "orders/2", 30_000);
+    let (mut other, _) = spawn_holder(&url, "invoices/1", 30_000);
+    let lines = distlock(&["list", "--backend", &url, "orders/"]);
+    let text = String::from_utf8_lossy(&lines.stdout);
+    let names: Vec<&str> = text.lines().filter_map(|l| l.split(' ').next()).collect();
+    assert_eq!(names, ["orders/1", "orders/2"], "{text}");
+    assert!(
+        text.contains(&format!("fencing_token={first_token} ")),
+        "{text}"
+    );
+    let listing = stdout_json(&distlock(&["list", "--backend", &url, "--json"]));
+    assert_eq!(listing["command"], "list", "{listing}");
+    assert_eq!(listing["truncated"], false, "{listing}");
+    let locks = listing["locks"].as_array().expect("locks");
+    let names: Vec<&str> = locks.iter().map(|l| l["lock"].as_str().unwrap()).collect();
+    assert_eq!(names, ["invoices/1", "orders/1", "orders/2"], "{listing}");
+    assert_eq!(locks[2]["fencing_token"], second_token, "{listing}");
+    let limited = stdout_json(&distlock(&["list", "--backend", &url, "--limit", "1", "--json"]));
+    assert_eq!(limited["truncated"], true, "{limited}");
+    assert_eq!(limited["locks"].as_array().unwrap().len(), 1, "{limited}");
+    let zero = distlock(&["list", "--backend", &url, "--limit", "0"]);
+    assert_eq!(zero.status.code(), Some(2));
+    for child in [&mut first, &mut second, &mut other] {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

@@ -542,3 +542,48 @@ pub async fn inspect_reports_what_it_knows(target: &Target) {
         "a released lock inspected as held: {after:?}"
     );
 }
+
+/// `list_held` names the locks held under a prefix, once each, in byte order, bounded by its
+/// limit; a lock released is no longer listed; names outside the prefix are not listed.
+pub async fn list_names_the_locks_held(target: &Target) {
+    let prefix = format!("{}/", unique("list"));
+    let locks = client(target).await;
+    let backend = target.open().await.expect("open the backend");
+    let a = hold(&locks, &format!("{prefix}a")).await;
+    let b = hold(&locks, &format!("{prefix}b")).await;
+    let outside = hold(&locks, &format!("{}x", prefix.trim_end_matches('/'))).await;
+    let read = locks
+        .rwlock(format!("{prefix}c"))
+        .unwrap()
+        .read()
+        .await
+        .expect("read lock");
+    let listed = backend.list_held(&prefix, 100).await.expect("list_held");
+    assert!(
+        listed.starts_with(&[format!("{prefix}a"), format!("{prefix}b")]),
+        "the two mutexes first, in byte order: {listed:?}"
+    );
+    assert!(
+        listed[2..].iter().all(|name| name.starts_with(&format!("{prefix}c"))) && listed.len() > 2,
+        "the read lock's name (or its parts) after them: {listed:?}"
+    );
+    let mut once = listed.clone();
+    once.dedup();
+    assert_eq!(once, listed, "a name listed twice");
+    let first = backend.list_held(&prefix, 1).await.expect("list_held");
+    assert_eq!(first, [format!("{prefix}a")], "limit 1");
+    a.release().await.expect("release");
+    let start = tokio::time::Instant::now();
+    loop {
+        let listed = backend.list_held(&prefix, 100).await.expect("list_held");
+        if !listed.contains(&format!("{prefix}a")) {
+            assert!(listed.contains(&format!("{prefix}b")), "{listed:?}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "a released lock is still listed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    read.release().await.expect("release the read lock");
+    b.release().await.expect("release");
+    outside.release().await.expect("release");
+}

@@ -315,6 +315,10 @@ impl Backend for FaultyBackend {
         self.inner.inspect(name).await
     }
 
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        self.inner.list_held(prefix, limit).await
+    }
+
     fn queues_on_subscribe(&self) -> bool {
         self.inner.queues_on_subscribe()
     }
