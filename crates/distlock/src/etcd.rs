@@ -43,6 +43,7 @@
 
 mod held;
 mod lease;
+mod list;
 mod published;
 mod requests;
 mod state;
@@ -445,6 +446,13 @@ impl Backend for EtcdBackend {
 
     async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
         self.shared.withdraw_record(key, term).await
+    }
+
+    /// One keys-only range read of the contender keys under the prefix (in pages of 1000
+    /// keys at one revision); see `etcd/list.rs`. An election's candidates are listed under
+    /// its lock name (`NAME#leader`).
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        self.shared.list_held(prefix, limit).await
     }
 
     fn queues_on_subscribe(&self) -> bool {

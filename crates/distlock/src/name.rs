@@ -102,18 +102,86 @@ impl LockName {
     /// `%7B` for `{`, `%25` for `%`). The mapping is injective and uses only characters that
     /// every backend accepts in a key or a node name, so backends build their keys from it.
     pub fn escaped(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut out = String::with_capacity(self.name.len());
-        for &byte in self.name.as_bytes() {
-            if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
-                out.push(char::from(byte));
-            } else {
-                out.push('%');
-                out.push(char::from(HEX[usize::from(byte >> 4)]));
-                out.push(char::from(HEX[usize::from(byte & 0xf)]));
-            }
+        escape(&self.name)
+    }
+}
+
+/// [`LockName::escaped`] of any text, such as a prefix of names: the escaped prefix of a name
+/// is a prefix of the escaped name, since every byte is escaped on its own.
+pub(crate) fn escape(text: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(text.len());
+    for &byte in text.as_bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
+            out.push(char::from(byte));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0xf)]));
         }
-        out
+    }
+    out
+}
+
+/// The name whose [`escape`] is `escaped`; `None` when `escaped` is not one (a stray `%`, a
+/// lowercase hex digit, a byte that is escaped in names, or bytes that are not UTF-8). Used to
+/// read names back from the keys a backend lists.
+#[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
+pub(crate) fn unescape(escaped: &str) -> Option<String> {
+    let bytes = escaped.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            if hex.bytes().any(|b| b.is_ascii_lowercase()) {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let name = String::from_utf8(out).ok()?;
+    // Only the one spelling `escape` gives reads back (no `%41` for `A`, no raw `/`).
+    (escape(&name) == escaped).then_some(name)
+}
+
+/// The smallest names seen, at most `keep` of them, and whether any were left out: a listing
+/// that visits keys in another order than its names' keeps what it answers and no more.
+#[cfg(any(feature = "redis", feature = "etcd"))]
+pub(crate) struct Smallest {
+    names: std::collections::BTreeSet<String>,
+    keep: usize,
+    pub(crate) left_out: bool,
+}
+
+#[cfg(any(feature = "redis", feature = "etcd"))]
+impl Smallest {
+    pub(crate) fn new(keep: usize) -> Self {
+        Smallest {
+            names: std::collections::BTreeSet::new(),
+            keep,
+            left_out: false,
+        }
+    }
+
+    pub(crate) fn add(&mut self, name: String) {
+        if self.names.len() >= self.keep && self.names.last().is_none_or(|largest| &name >= largest)
+        {
+            self.left_out |= !self.names.contains(&name);
+            return;
+        }
+        if self.names.insert(name) && self.names.len() > self.keep {
+            self.names.pop_last();
+            self.left_out = true;
+        }
+    }
+
+    pub(crate) fn into_sorted(self) -> Vec<String> {
+        self.names.into_iter().collect()
     }
 }
 
@@ -162,5 +230,32 @@ mod tests {
         assert_eq!(escaped.len(), names.len());
         assert_eq!(LockName::new("a/b{c}").unwrap().escaped(), "a%2Fb%7Bc%7D");
         assert_eq!(LockName::new("ä").unwrap().escaped(), "%C3%A4");
+    }
+
+    #[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
+    #[test]
+    fn escaped_names_read_back_and_other_spellings_do_not() {
+        for name in ["a/b", "a%2Fb", "a{b}", "ä", "plain.name-1_x", ""] {
+            assert_eq!(unescape(&escape(name)).as_deref(), Some(name), "{name}");
+        }
+        for bad in ["a/b", "a%2fb", "%41", "a%", "a%2", "%ZZ", "%FF", "a b"] {
+            assert_eq!(unescape(bad), None, "{bad}");
+        }
+    }
+
+    #[cfg(any(feature = "redis", feature = "etcd"))]
+    #[test]
+    fn only_the_smallest_names_are_kept() {
+        let mut found = Smallest::new(2);
+        for name in ["d", "b", "c", "b", "a"] {
+            found.add(name.to_owned());
+        }
+        assert!(found.left_out);
+        assert_eq!(found.into_sorted(), ["a", "b"]);
+        let mut found = Smallest::new(2);
+        for name in ["b", "a", "b"] {
+            found.add(name.to_owned());
+        }
+        assert!(!found.left_out);
     }
 }

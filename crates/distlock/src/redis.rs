@@ -52,6 +52,7 @@ use crate::name::LockName;
 mod connect;
 pub(crate) mod deployment;
 mod hub;
+mod list;
 mod published;
 pub mod redlock;
 mod scripts;
@@ -387,6 +388,12 @@ impl Backend for RedisBackend {
 
     async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
         self.withdraw_record(key, term).await
+    }
+
+    /// The names whose lock key exists, found by a SCAN of the whole keyspace (on a Cluster,
+    /// of every master), `COUNT` 1000 per step; see `redis/list.rs`.
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        Ok(self.held_names(prefix, limit).await?.0)
     }
 }
 

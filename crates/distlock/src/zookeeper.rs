@@ -51,6 +51,7 @@
 //! [`Locks::session`]: crate::Locks::session
 
 mod background;
+mod list;
 mod published;
 mod recipes;
 mod shared;
@@ -576,6 +577,14 @@ impl Backend for ZooKeeperBackend {
 
     async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
         self.shared.withdraw_record(key, term).await
+    }
+
+    /// The base path's children read once, then the nodes of the names under the prefix
+    /// looked into in byte order, 64 at once, until `limit` hold a lock (at most 100,000 of
+    /// them); see `zookeeper/list.rs`. A lock whose node has contenders has a holder: the first
+    /// of them.
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        self.shared.list_held(prefix, limit).await
     }
 
     fn queues_on_subscribe(&self) -> bool {

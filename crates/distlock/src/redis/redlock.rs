@@ -47,6 +47,10 @@ mod url;
 
 const SCHEME: &str = "redlock";
 
+/// How long one master's SCAN for [`Backend::list_held`] may take: it walks the master's
+/// whole keyspace, which the request timeout is not meant for.
+const LIST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The part of the drift allowance that does not grow with the lease.
 const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 
@@ -412,6 +416,39 @@ impl Backend for RedlockBackend {
             .await
             .require(self.quorum, "withdraw")?;
         Ok(answers.contains(&true))
+    }
+
+    /// The names whose lock key a majority of the masters keep (the masters that do not
+    /// answer count as not keeping it; fewer than a majority answering is an error). Every
+    /// master is scanned at once, as the standalone lock is, each for its smallest names
+    /// under the prefix, a few more than `limit`; when a master had more names than it sent and
+    /// that leaves the answer unsure, every master is scanned again for four times as many.
+    /// Each master's scan may take [`LIST_TIMEOUT`], not the request timeout.
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut keep = limit.saturating_add(16);
+        loop {
+            let scans = self.masters.iter().map(|master| async move {
+                tokio::time::timeout(LIST_TIMEOUT, async {
+                    master.redis()?.held_names(prefix, keep).await
+                })
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::backend(
+                        SCHEME,
+                        "list the locks",
+                        format!("a master's SCAN did not end within {LIST_TIMEOUT:?}"),
+                    ))
+                })
+            });
+            let answers = Answers(join_all(scans).await).require(self.quorum, "list the locks")?;
+            if let Some(names) = quorum::listed(&answers, self.quorum, limit) {
+                return Ok(names);
+            }
+            keep = keep.saturating_mul(4);
+        }
     }
 }
 

@@ -132,6 +132,38 @@ impl ReleaseWaiter for AnyMaster {
     }
 }
 
+/// The names at least `quorum` masters list, the first `limit` of them, from each master's
+/// answer to [`RedisBackend::held_names`](crate::redis::RedisBackend): its smallest names
+/// and whether it left some out. A master that left names out is complete only up to its
+/// largest listed name, so only names up to the smallest such bound are certain. `None` when
+/// fewer than `limit` names are certain but more may be: ask again for more names.
+pub(super) fn listed(
+    answers: &[(Vec<String>, bool)],
+    quorum: usize,
+    limit: usize,
+) -> Option<Vec<String>> {
+    let bound = answers
+        .iter()
+        .filter(|(_, left_out)| *left_out)
+        .filter_map(|(names, _)| names.last())
+        .min();
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for (names, _) in answers {
+        for name in names {
+            *counts.entry(name.as_str()).or_default() += 1;
+        }
+    }
+    let held: Vec<String> = counts
+        .into_iter()
+        .filter(|(name, count)| {
+            *count >= quorum && bound.is_none_or(|bound| *name <= bound.as_str())
+        })
+        .map(|(name, _)| name.to_owned())
+        .take(limit)
+        .collect();
+    (held.len() >= limit || bound.is_none()).then_some(held)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +205,30 @@ mod tests {
         let info = inspected(vec![held("a", 5), held("b", 7), held("a", 6)], 2);
         assert_eq!(info.holder.as_deref(), Some("a"));
         assert_eq!(info.fencing_token, Some(6));
+    }
+
+    #[test]
+    fn a_name_is_listed_when_a_majority_lists_it() {
+        let list = |names: &[&str], left_out| {
+            (
+                names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+                left_out,
+            )
+        };
+        let answers = [
+            list(&["a", "b", "c"], false),
+            list(&["b", "c"], false),
+            list(&["a", "c", "d"], false),
+        ];
+        assert_eq!(listed(&answers, 2, 10).unwrap(), ["a", "b", "c"]);
+        assert_eq!(listed(&answers, 2, 1).unwrap(), ["a"]);
+        // The third master has names past "b" it did not list: "c" is not certain there.
+        let answers = [
+            list(&["a", "c"], false),
+            list(&["c"], false),
+            list(&["a", "b"], true),
+        ];
+        assert_eq!(listed(&answers, 2, 1).unwrap(), ["a"]);
+        assert_eq!(listed(&answers, 2, 2), None);
     }
 }
