@@ -110,11 +110,11 @@ impl Spawner<'_> {
         let exe = std::env::current_exe()
             .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
         let mut command = Command::new(exe);
+        command.arg("check-worker");
         if let Some(addr) = worker_metrics_addr(args.metrics.metrics_addr, id)? {
             command.arg("--metrics-addr").arg(addr.to_string());
         }
         let child = command
-            .arg("check-worker")
             .args(["--backend", &backend, "--name", &self.name])
             .arg("--store")
             .arg(&self.store_path)

@@ -145,7 +145,7 @@ fn check_serves_the_workers_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("locks.db").display());
     let mut child = Command::new(BIN)
-        .args(["check", "--backend", &url, "--json", "--faults", ""])
+        .args(["check", "--backend", &url, "--json", "--faults", "pause"])
         .args(["--duration-s", "8", "--workers", "2", "--lease-ms", "500"])
         .args(["--metrics-addr", "127.0.0.1:0"])
         .stdout(std::process::Stdio::null())

@@ -140,7 +140,14 @@ fn list_shows_the_locks_held_under_a_prefix() {
     let names: Vec<&str> = locks.iter().map(|l| l["lock"].as_str().unwrap()).collect();
     assert_eq!(names, ["invoices/1", "orders/1", "orders/2"], "{listing}");
     assert_eq!(locks[2]["fencing_token"], second_token, "{listing}");
-    let limited = stdout_json(&distlock(&["list", "--backend", &url, "--limit", "1", "--json"]));
+    let limited = stdout_json(&distlock(&[
+        "list",
+        "--backend",
+        &url,
+        "--limit",
+        "1",
+        "--json",
+    ]));
     assert_eq!(limited["truncated"], true, "{limited}");
     assert_eq!(limited["locks"].as_array().unwrap().len(), 1, "{limited}");
     let zero = distlock(&["list", "--backend", &url, "--limit", "0"]);
