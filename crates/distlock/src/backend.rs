@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::name::{LockKind, LockName};
 
 /// Who holds a lock: the id of a client ([`Locks`](crate::Locks)) and a holder id that the

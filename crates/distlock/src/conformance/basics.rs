@@ -564,7 +564,10 @@ pub async fn list_names_the_locks_held(target: &Target) {
         "the two mutexes first, in byte order: {listed:?}"
     );
     assert!(
-        listed[2..].iter().all(|name| name.starts_with(&format!("{prefix}c"))) && listed.len() > 2,
+        listed[2..]
+            .iter()
+            .all(|name| name.starts_with(&format!("{prefix}c")))
+            && listed.len() > 2,
         "the read lock's name (or its parts) after them: {listed:?}"
     );
     let mut once = listed.clone();
@@ -580,7 +583,10 @@ pub async fn list_names_the_locks_held(target: &Target) {
             assert!(listed.contains(&format!("{prefix}b")), "{listed:?}");
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "a released lock is still listed");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "a released lock is still listed"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     read.release().await.expect("release the read lock");
