@@ -170,8 +170,28 @@ WHERE name = ? AND expires_us > ",
     now_us!()
 );
 
+/// The live leases in a range of names, in byte order (names are `VARBINARY`, so the primary
+/// key serves the range). Parameters: first name, end of the range, limit.
+const LIST_HELD: &str = concat!(
+    "SELECT name FROM distlock_locks WHERE name >= ? AND name < ? AND expires_us > ",
+    now_us!(),
+    " ORDER BY name LIMIT ?"
+);
+
+/// As [`LIST_HELD`], for a range without an end. Parameters: first name, limit.
+const LIST_HELD_FROM: &str = concat!(
+    "SELECT name FROM distlock_locks WHERE name >= ? AND expires_us > ",
+    now_us!(),
+    " ORDER BY name LIMIT ?"
+);
+
 /// How many locks one renewal statement covers.
 const RENEW_CHUNK: usize = 256;
+
+/// A `limit` for SQL.
+pub(crate) fn limit_u64(limit: usize) -> u64 {
+    u64::try_from(limit).unwrap_or(u64::MAX)
+}
 
 pub(crate) fn db_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
     move |e| Error::backend(SCHEME, operation, e)
@@ -311,6 +331,25 @@ impl Backend for MySqlTableBackend {
             .await
             .map(drop)
             .map_err(db_error("ping"))
+    }
+
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        let query = match crate::name::prefix_end(prefix) {
+            Some(end) => sqlx::query_as::<_, (Vec<u8>,)>(LIST_HELD)
+                .bind(prefix.as_bytes().to_vec())
+                .bind(end.into_bytes()),
+            None => sqlx::query_as(LIST_HELD_FROM).bind(prefix.as_bytes().to_vec()),
+        };
+        let names = query
+            .bind(limit_u64(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("list the locks held"))?;
+        // Every name was written from a `LockName`, which is UTF-8.
+        Ok(names
+            .into_iter()
+            .filter_map(|(name,)| String::from_utf8(name).ok())
+            .collect())
     }
 
     async fn try_acquire(

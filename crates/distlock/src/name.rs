@@ -185,6 +185,27 @@ impl Smallest {
     }
 }
 
+/// The least string above every string that starts with `prefix`, in byte order (which for
+/// UTF-8 is code-point order): `prefix` with its last character replaced by the next one.
+/// `None` when there is none (an empty prefix, or one of `char::MAX` only). The SQL backends
+/// list the names in `prefix <= name < prefix_end(prefix)`, a range their index can serve.
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
+    let mut end = prefix.to_owned();
+    while let Some(last) = end.pop() {
+        let next = match u32::from(last) + 1 {
+            // The surrogates are not characters: U+D7FF is followed by U+E000.
+            0xD800 => Some('\u{E000}'),
+            code => char::from_u32(code),
+        };
+        if let Some(next) = next {
+            end.push(next);
+            return Some(end);
+        }
+    }
+    None
+}
+
 impl fmt::Debug for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.name, f)?;
@@ -216,6 +237,25 @@ mod tests {
                 .unwrap_err()
                 .is_invalid_input()
         );
+    }
+
+    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    #[test]
+    fn prefix_ends_bound_the_names_with_the_prefix() {
+        assert_eq!(prefix_end("ab/").as_deref(), Some("ab0"));
+        assert_eq!(prefix_end("a\u{D7FF}").as_deref(), Some("a\u{E000}"));
+        assert_eq!(prefix_end("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(prefix_end("\u{10FFFF}"), None);
+        assert_eq!(prefix_end(""), None);
+        for (prefix, name) in [
+            ("a/", "a/\u{10FFFF}x"),
+            ("é", "é\u{10FFFF}"),
+            ("x\u{10FFFF}", "x\u{10FFFF}\u{10FFFF}"),
+        ] {
+            let end = prefix_end(prefix).unwrap();
+            assert!(prefix.as_bytes() <= name.as_bytes() && name.as_bytes() < end.as_bytes());
+        }
+        assert!("a0".as_bytes() >= prefix_end("a/").unwrap().as_bytes());
     }
 
     #[test]

@@ -162,6 +162,19 @@ WITH del AS (
 )
 SELECT del.live FROM del CROSS JOIN LATERAL (SELECT pg_notify('distlock_release', $1)) n";
 
+/// The live leases whose names start with `$1`, in byte order (collation "C", whatever the
+/// database's), at most `$2`. PostgreSQL deletes a row when its lock is released, so this
+/// reads the held locks and the expired ones not yet taken over.
+const LIST_HELD: &str = r#"
+SELECT name FROM distlock_locks
+WHERE starts_with(name, $1) AND expires_at > clock_timestamp()
+ORDER BY name COLLATE "C" LIMIT $2"#;
+
+/// A `limit` for SQL.
+pub(crate) fn limit_i64(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
+}
+
 pub(crate) fn db_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
     move |e| Error::backend(SCHEME, operation, e)
 }
@@ -392,6 +405,16 @@ impl Backend for PostgresBackend {
             .await
             .map(drop)
             .map_err(db_error("ping"))
+    }
+
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        let names: Vec<(String,)> = sqlx::query_as(LIST_HELD)
+            .bind(prefix)
+            .bind(limit_i64(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("list the locks held"))?;
+        Ok(names.into_iter().map(|(name,)| name).collect())
     }
 
     async fn try_acquire(

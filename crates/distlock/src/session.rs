@@ -122,6 +122,9 @@ pub trait Dialect: Send + Sync + 'static {
     async fn held(&self, conn: &mut Self::Conn, keys: &[Self::Key]) -> Result<HashSet<Self::Key>>;
     /// The sessions holding `key`, asked on the operator's pool.
     async fn holders(&self, key: &Self::Key) -> Result<Vec<u64>>;
+    /// [`Backend::list_held`], on the operator's pool: the names under `prefix` whose lock
+    /// some session holds now, in byte order, at most `limit`.
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>>;
     /// Ends a session; true when it existed.
     async fn terminate(&self, session: u64) -> Result<bool>;
     /// Stops the statement a session runs.
@@ -524,6 +527,10 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             .get(&HeldKey::of(name, owner))
             .filter(|held| &held.owner == owner)
             .map_or(0, |held| held.holds))
+    }
+
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        self.shared.dialect.list_held(prefix, limit).await
     }
 
     async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {

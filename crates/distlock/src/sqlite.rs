@@ -162,6 +162,60 @@ fn to_u32(holds: i64) -> u32 {
     u32::try_from(holds).unwrap_or(u32::MAX)
 }
 
+/// Sets up a file just opened: WAL, then the tables (made if missing, in one transaction).
+///
+/// Processes that open a new file at the same moment meet here. Switching a file to WAL needs
+/// it to themselves, and SQLite answers "database is locked" at once instead of calling the
+/// busy handler when another connection is reading or switching it too; creating the tables
+/// can meet the same while the other one's switch is under way. So each step is tried again,
+/// with short naps, while it is refused as busy and `budget` (the busy timeout) lasts.
+fn set_up(conn: &mut Connection, budget: Duration) -> Result<()> {
+    let deadline = std::time::Instant::now() + budget;
+    let mut nap = Duration::from_micros(500);
+    let mut retry = |error: rusqlite::Error, operation: &'static str| {
+        if !is_busy(&error) || std::time::Instant::now() >= deadline {
+            return Err(Error::backend(SCHEME, operation, error));
+        }
+        std::thread::sleep(nap + Duration::from_micros(fastrand::u64(0..=500)));
+        nap = (nap * 2).min(Duration::from_millis(20));
+        Ok(())
+    };
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |row| {
+            row.get::<_, String>(0)
+        }) {
+            Ok(_mode) => break,
+            Err(error) => retry(error, "switch to WAL")?,
+        }
+    }
+    conn.execute_batch("PRAGMA synchronous = NORMAL;")
+        .map_err(backend_error("set synchronous"))?;
+    loop {
+        match create_tables(conn) {
+            Ok(()) => return Ok(()),
+            Err(error) => retry(error, "create the lock tables")?,
+        }
+    }
+}
+
+/// Makes the tables that are missing, and the waiters' bell column in a file made before
+/// doorbells, in one write transaction (rolled back when it fails).
+fn create_tables(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(SCHEMA)?;
+    tx.execute_batch(published::SCHEMA)?;
+    add_bell_column(&tx)?;
+    tx.commit()
+}
+
+/// True for SQLite's "the file is busy or locked by another connection".
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 impl SqliteBackend {
     /// Opens (or makes) the lock file named by the part of a `sqlite://` URL after `://`.
     ///
@@ -185,22 +239,12 @@ impl SqliteBackend {
             let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            let conn = Connection::open_with_flags(&url.path, flags)
+            let mut conn = Connection::open_with_flags(&url.path, flags)
                 .map_err(backend_error("open the file"))?;
             BUSY_BUDGET.with(|budget| budget.set(url.busy_timeout));
             conn.busy_handler(Some(busy_wait))
                 .map_err(backend_error("set the busy handler"))?;
-            let _mode: String = conn
-                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-                .map_err(backend_error("switch to WAL"))?;
-            conn.execute_batch("PRAGMA synchronous = NORMAL;")
-                .map_err(backend_error("set synchronous"))?;
-            conn.execute_batch(&format!(
-                "BEGIN IMMEDIATE; {SCHEMA} {} COMMIT;",
-                published::SCHEMA
-            ))
-            .map_err(backend_error("create the lock tables"))?;
-            add_bell_column(&conn).map_err(backend_error("add the waiters' bell column"))?;
+            set_up(&mut conn, url.busy_timeout)?;
             Ok(conn)
         })
         .await
@@ -259,6 +303,38 @@ impl Backend for SqliteBackend {
     async fn ping(&self) -> Result<()> {
         self.run("ping", |conn| query_row(conn, "SELECT 1", [], |_| Ok(())))
             .await
+    }
+
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let start = prefix.to_owned();
+        let end = crate::name::prefix_end(prefix);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.run("list the locks held", move |conn| {
+            // A range of the name's index, in byte order (SQLite compares text bytewise).
+            let now = now_ms();
+            let name = |row: &rusqlite::Row<'_>| row.get::<_, String>(0);
+            match end {
+                Some(end) => conn
+                    .prepare_cached(
+                        "SELECT name FROM distlock_locks
+                         WHERE name >= ?1 AND name < ?2 AND expires_at_ms > ?3
+                         ORDER BY name LIMIT ?4",
+                    )?
+                    .query_map(params![start, end, now, limit], name)?
+                    .collect(),
+                None => conn
+                    .prepare_cached(
+                        "SELECT name FROM distlock_locks
+                         WHERE name >= ?1 AND expires_at_ms > ?2 ORDER BY name LIMIT ?3",
+                    )?
+                    .query_map(params![start, now, limit], name)?
+                    .collect(),
+            }
+        })
+        .await
     }
 
     async fn try_acquire(

@@ -1,7 +1,9 @@
 //! The conformance suite on every backend compiled into this crate, and behaviour specific
 //! to one backend.
 
-use distlock::conformance::{Target, servers};
+use distlock::conformance::Target;
+#[cfg(feature = "redis")]
+use distlock::conformance::servers;
 
 fn memory() -> Target {
     // A named store, so that the two clients a case connects share it.

@@ -43,6 +43,10 @@ ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1)";
 /// How many names one check asks about.
 const CHECK_CHUNK: usize = 256;
 
+/// How many names ever granted one page of [`MySqlNamed::list_held`] reads, and then asks the
+/// server about in one `IS_USED_LOCK` query.
+const LIST_PAGE: usize = 256;
+
 /// The name a lock has on the server. Names of up to [`MAX_SERVER_NAME`] bytes are used as
 /// they are, so that other programs can take the same lock by name. Longer names keep their
 /// first bytes (cut at a character boundary), then `#` and the 64-bit FNV-1a hash of the whole
@@ -91,6 +95,48 @@ impl MySqlNamed {
             .await
             .map_err(db_error(operation))?;
         Ok((done.rows_affected() > 0).then(|| done.last_insert_id()))
+    }
+
+    /// Up to [`LIST_PAGE`] names ever granted through distlock (they have a fencing counter)
+    /// in `[from, end)` in byte order, `from` itself included or not.
+    async fn granted_names(
+        &self,
+        from: &[u8],
+        inclusive: bool,
+        end: Option<&[u8]>,
+    ) -> Result<Vec<Vec<u8>>> {
+        let sql = format!(
+            "SELECT name FROM distlock_fencing WHERE name {} ?{} ORDER BY name LIMIT {LIST_PAGE}",
+            if inclusive { ">=" } else { ">" },
+            if end.is_some() { " AND name < ?" } else { "" },
+        );
+        let mut query = sqlx::query_as::<_, (Vec<u8>,)>(&sql).bind(from);
+        if let Some(end) = end {
+            query = query.bind(end);
+        }
+        let names = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("list the locks held"))?;
+        Ok(names.into_iter().map(|(name,)| name).collect())
+    }
+
+    /// Which of `keys` (server lock names) some session holds now: their indexes, ascending.
+    async fn used(&self, keys: &[String]) -> Result<Vec<usize>> {
+        let rows = vec!["SELECT ? AS i, ? AS k"; keys.len()].join(" UNION ALL ");
+        let sql = format!("SELECT i FROM ({rows}) t WHERE IS_USED_LOCK(k) IS NOT NULL ORDER BY i");
+        let mut query = sqlx::query_as::<_, (i64,)>(&sql);
+        for (i, key) in keys.iter().enumerate() {
+            query = query.bind(i64::try_from(i).unwrap_or(i64::MAX)).bind(key);
+        }
+        let used = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("list the locks held"))?;
+        Ok(used
+            .into_iter()
+            .filter_map(|(i,)| usize::try_from(i).ok())
+            .collect())
     }
 
     async fn kill(&self, what: &str, session: u64) -> Result<bool> {
@@ -216,6 +262,45 @@ impl Dialect for MySqlNamed {
             .and_then(|id| u64::try_from(id).ok())
             .into_iter()
             .collect())
+    }
+
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        // The server can say whether a lock name is in use; listing them would need
+        // performance_schema, which MariaDB leaves off by default. So the names come from
+        // the fencing counters (one row per name ever granted through distlock), a page at a
+        // time, each page asked about in one query.
+        let end = crate::name::prefix_end(prefix);
+        let mut listed = Vec::new();
+        let mut from = prefix.as_bytes().to_vec();
+        let mut inclusive = true;
+        while listed.len() < limit {
+            let page = self
+                .granted_names(&from, inclusive, end.as_deref().map(str::as_bytes))
+                .await?;
+            let names: Vec<String> = page
+                .iter()
+                .filter_map(|name| String::from_utf8(name.clone()).ok())
+                .collect();
+            if !names.is_empty() {
+                let keys: Vec<String> = names.iter().map(|name| server_lock_name(name)).collect();
+                for i in self.used(&keys).await? {
+                    if let Some(name) = names.get(i) {
+                        listed.push(name.clone());
+                    }
+                    if listed.len() == limit {
+                        break;
+                    }
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == LIST_PAGE => {
+                    from.clone_from(last);
+                    inclusive = false;
+                }
+                _ => break,
+            }
+        }
+        Ok(listed)
     }
 
     async fn terminate(&self, session: u64) -> Result<bool> {

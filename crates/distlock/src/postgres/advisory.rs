@@ -16,6 +16,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::TryStreamExt;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 
@@ -64,6 +65,15 @@ const HOLDERS: &str = "
 SELECT pid FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted
   AND ((classid::bigint << 32) | objid::bigint) = $1";
+
+/// Every advisory key (bigint form) some session holds now, in either mode.
+const HELD_KEYS: &str = "
+SELECT DISTINCT (classid::bigint << 32) | objid::bigint FROM pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted";
+
+/// The names ever granted through distlock that start with `$1`, in byte order.
+const NAMES_UNDER: &str = r#"
+SELECT name FROM distlock_fencing WHERE starts_with(name, $1) ORDER BY name COLLATE "C""#;
 
 /// The advisory key of a lock name: FNV-1a (64 bit) over `distlock\0` and the name's bytes,
 /// as a signed bigint. Stable across releases: every client of one lock must agree on it. Two
@@ -239,6 +249,36 @@ impl Dialect for PgAdvisory {
             .into_iter()
             .filter_map(|(pid,)| u64::try_from(pid).ok())
             .collect())
+    }
+
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        // The server knows keys, not names: the names come from the fencing counters (one row
+        // per name ever granted through distlock), kept when their key is held now.
+        let held: Vec<(i64,)> = sqlx::query_as(HELD_KEYS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("list the locks held"))?;
+        let held: HashSet<i64> = held.into_iter().map(|(key,)| key).collect();
+        let mut listed = Vec::new();
+        if held.is_empty() || limit == 0 {
+            return Ok(listed);
+        }
+        let mut names = sqlx::query_as::<_, (String,)>(NAMES_UNDER)
+            .bind(prefix)
+            .fetch(&self.pool);
+        while let Some((name,)) = names
+            .try_next()
+            .await
+            .map_err(db_error("list the locks held"))?
+        {
+            if held.contains(&advisory_key(&name)) {
+                listed.push(name);
+                if listed.len() == limit {
+                    break;
+                }
+            }
+        }
+        Ok(listed)
     }
 
     async fn terminate(&self, session: u64) -> Result<bool> {
