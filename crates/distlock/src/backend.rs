@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::name::{LockKind, LockName};
 
 /// Who holds a lock: the id of a client ([`Locks`](crate::Locks)) and a holder id that the
@@ -171,13 +171,7 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// name), with the primitives' own names (`NAME#permits`, `NAME#leader`...) as they are.
     /// Names held at the moment of the answer: a lock whose lease ran out on the server is not
     /// listed, one granted meanwhile may be missing.
-    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
-        let _ = (prefix, limit);
-        Err(Error::Unsupported {
-            backend: self.scheme(),
-            operation: "listing the locks held",
-        })
-    }
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>>;
 
     /// What the backend can tell about `name`, changing nothing (an operator's tool: `distlock
     /// status`). The default knows only whether it is held ([`Backend::is_locked`]).

@@ -187,9 +187,10 @@ impl Smallest {
 
 /// The least string above every string that starts with `prefix`, in byte order (which for
 /// UTF-8 is code-point order): `prefix` with its last character replaced by the next one.
-/// `None` when there is none (an empty prefix, or one of `char::MAX` only). The SQL backends
-/// list the names in `prefix <= name < prefix_end(prefix)`, a range their index can serve.
-#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+/// `None` when there is none (an empty prefix, or one of `char::MAX` only). The backends
+/// (SQLite, MySQL) list the names in `prefix <= name < prefix_end(prefix)`, a range their
+/// index can serve.
+#[cfg(any(feature = "sqlite", feature = "mysql"))]
 pub(crate) fn prefix_end(prefix: &str) -> Option<String> {
     let mut end = prefix.to_owned();
     while let Some(last) = end.pop() {
@@ -239,7 +240,7 @@ mod tests {
         );
     }
 
-    #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
+    #[cfg(any(feature = "sqlite", feature = "mysql"))]
     #[test]
     fn prefix_ends_bound_the_names_with_the_prefix() {
         assert_eq!(prefix_end("ab/").as_deref(), Some("ab0"));
