@@ -59,24 +59,18 @@ struct Report<'a> {
 }
 
 /// Where worker `id` serves its metrics when the checker serves at `checker`: the next
-/// ports, or a free port each when the checker's is 0.
+/// ports, or a free port (printed by the worker) when the checker's is 0 or the next one
+/// would be past the last port (a replacement worker's id keeps growing).
 fn worker_metrics_addr(
     checker: Option<std::net::SocketAddr>,
     id: u32,
-) -> CliResult<Option<std::net::SocketAddr>> {
-    let Some(mut addr) = checker else {
-        return Ok(None);
-    };
+) -> Option<std::net::SocketAddr> {
+    let mut addr = checker?;
     if addr.port() != 0 {
         let port = u32::from(addr.port()) + 1 + id;
-        let port = u16::try_from(port).map_err(|_| {
-            Failure::usage(format!(
-                "--metrics-addr {addr}: worker {id} would need port {port}; pick a lower port"
-            ))
-        })?;
-        addr.set_port(port);
+        addr.set_port(u16::try_from(port).unwrap_or(0));
     }
-    Ok(Some(addr))
+    Some(addr)
 }
 
 struct Running {
@@ -111,7 +105,7 @@ impl Spawner<'_> {
             .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
         let mut command = Command::new(exe);
         command.arg("check-worker");
-        if let Some(addr) = worker_metrics_addr(args.metrics.metrics_addr, id)? {
+        if let Some(addr) = worker_metrics_addr(args.metrics.metrics_addr, id) {
             command.arg("--metrics-addr").arg(addr.to_string());
         }
         let child = command
@@ -154,7 +148,6 @@ pub async fn run(args: CheckArgs) -> CliResult {
     if proxied {
         Proxies::check_url(&args.backend)?;
     }
-    worker_metrics_addr(args.metrics.metrics_addr, args.workers)?;
     let _exporter = crate::exporter::serve(&args.metrics).await?;
     // The backend must answer before any worker starts.
     let locks = distlock::connect(&args.backend).await?;

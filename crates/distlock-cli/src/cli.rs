@@ -327,8 +327,8 @@ pub struct CheckArgs {
     #[arg(long)]
     pub json: bool,
     /// Serve the checker's metrics at http://ADDR/metrics, and each worker's at the next
-    /// ports (worker N at port+1+N; with port 0 each picks a free one); every address is
-    /// printed on stderr.
+    /// ports (worker N at port+1+N; with port 0, or past the last port, a free one); every
+    /// address is printed on stderr.
     #[command(flatten)]
     pub metrics: MetricsArgs,
 }

@@ -90,7 +90,13 @@ pub async fn list(args: ListArgs) -> CliResult {
     let names = locks.list_held(&args.prefix, limit).await?;
     let mut listed = Vec::with_capacity(names.len());
     for name in &names {
-        let info = locks.inspect(name).await?;
+        let info = match locks.inspect(name).await {
+            Ok(info) => info,
+            // A key the backend holds under a name distlock would refuse (left by another
+            // program): listed, with nothing known about it.
+            Err(error) if error.is_invalid_input() => distlock::backend::LockInfo::new(true),
+            Err(error) => return Err(error.into()),
+        };
         if !info.locked {
             // Released between the listing and this look.
             continue;

@@ -58,8 +58,8 @@ pub struct RunArgs {
     /// distlock exits 0 without running the command. The lock is held at least 0.9 and at
     /// most 0.95 of the interval (`Schedule::at_most_once_per`): a command still running at
     /// the upper bound is stopped as on a loss, and distlock stays until the lower bound has
-    /// passed after a shorter command.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["wait", "permits", "skip_if_held"])]
+    /// passed after a shorter command. At least 1s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_interval, conflicts_with_all = ["wait", "permits", "skip_if_held"])]
     pub once_per: Option<Duration>,
     #[command(flatten)]
     pub held: HeldArgs,
@@ -352,6 +352,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     // In 0..=a day's milliseconds, whole: the cast is exact.
     Ok(Duration::from_millis(ms as u64))
+}
+
+/// The interval of `--once-per`: a duration of at least a second (below that, the client's
+/// allowance for clock drift and a round trip eat the gap between the two bounds).
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = parse_duration(text)?;
+    if interval < Duration::from_secs(1) {
+        return Err(format!(
+            "{text:?} is shorter than the shortest interval, 1s"
+        ));
+    }
+    Ok(interval)
 }
 
 /// A duration as `parse_duration` reads it: `200ms`, `2s`, `1.5s`, `5m`, `1h`.

@@ -49,7 +49,10 @@ impl Schedule {
     /// firing, so schedulers that fire a few milliseconds apart cannot find the previous
     /// run's hold still there and skip a whole interval; and the upper bound stays above the
     /// lower one by more than the client's allowance for clock drift (1% of a lease), so the
-    /// client does not count the hold lost before the lower bound.
+    /// client does not count the hold lost before the lower bound. That gap (a twentieth
+    /// of the interval) must also cover the client's 2 ms allowance and a round trip: below
+    /// about 100 ms `run_exclusive` may find the hold lost when it cuts it, and answer
+    /// `LockLost` after a good run (`distlock run --once-per` takes 1 s at least).
     pub fn at_most_once_per(interval: Duration) -> Self {
         Schedule {
             at_least: interval - interval / 10,

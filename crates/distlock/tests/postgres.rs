@@ -309,3 +309,42 @@ async fn a_waiters_connection_is_reused_without_its_lock_timeout() {
         read.release().await.unwrap();
     }
 }
+
+/// Promise 1 across databases: advisory keys are per database, so a lock of one name held
+/// in another database of the same server is another lock. This database's client neither
+/// lists it, nor sees it held, nor frees it (force-unlock kills the holding sessions: it must
+/// not kill another database's).
+#[tokio::test]
+async fn advisory_locks_of_another_database_are_other_locks() {
+    let name = format!("other-db/{}", uuid::Uuid::new_v4().simple());
+    let here = distlock::connect(&advisory()).await.unwrap();
+    let other_url = database().replacen("/test", "/postgres", 1);
+    assert_ne!(other_url, database(), "the test database is not named test");
+    let there = distlock::connect(&other_url).await.unwrap();
+    let held_there = there.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    assert!(there.is_locked(&name).await.unwrap());
+    assert!(
+        !here.is_locked(&name).await.unwrap(),
+        "held in another database"
+    );
+    assert!(
+        !here
+            .list_held("other-db/", 1000)
+            .await
+            .unwrap()
+            .contains(&name),
+        "listed a lock of another database"
+    );
+    assert!(
+        !here.force_unlock(&name).await.unwrap(),
+        "force-unlock here reported a lock of another database as freed"
+    );
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_secs(2), held_there.lost())
+            .await
+            .is_err(),
+        "force-unlock here ended a holder in another database"
+    );
+    assert!(there.is_locked(&name).await.unwrap());
+    held_there.release().await.unwrap();
+}

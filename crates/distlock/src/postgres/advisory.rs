@@ -60,16 +60,19 @@ const MY_KEYS: &str = "
 SELECT (classid::bigint << 32) | objid::bigint, mode = 'ShareLock' FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pid()";
 
-/// The sessions holding `key`.
+/// The sessions holding `key` in this database (advisory keys are per database; another
+/// database's sessions holding the same key hold another lock).
 const HOLDERS: &str = "
 SELECT pid FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND ((classid::bigint << 32) | objid::bigint) = $1";
 
-/// Every advisory key (bigint form) some session holds now, in either mode.
+/// Every advisory key (bigint form) some session holds now in this database, in either mode.
 const HELD_KEYS: &str = "
 SELECT DISTINCT (classid::bigint << 32) | objid::bigint FROM pg_locks
-WHERE locktype = 'advisory' AND objsubid = 1 AND granted";
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
 /// The names ever granted through distlock that start with `$1`, in byte order.
 const NAMES_UNDER: &str = r#"
