@@ -423,7 +423,7 @@ impl Backend for RedlockBackend {
     /// master is scanned at once, as the standalone lock is, each for its smallest names
     /// under the prefix, a few more than `limit`; when a master had more names than it sent and
     /// that leaves the answer unsure, every master is scanned again for four times as many.
-    /// Each master's scan may take [`LIST_TIMEOUT`], not the request timeout.
+    /// Each master's scan may take up to a minute, not the request timeout.
     async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
         if limit == 0 {
             return Ok(Vec::new());
