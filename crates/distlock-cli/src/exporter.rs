@@ -66,7 +66,10 @@ pub async fn serve(args: &MetricsArgs) -> CliResult<Option<Exporter>> {
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder)
         .map_err(|error| Failure::failed(format!("installing the metrics recorder: {error}")))?;
-    eprintln!("distlock: metrics at http://{local}/metrics");
+    // One write, so that the lines of processes sharing a stderr (a check's workers) do not
+    // interleave.
+    let line = format!("distlock: metrics at http://{local}/metrics\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let task = tokio::spawn(async move {
         loop {
