@@ -37,13 +37,15 @@ use crate::name::LockName;
 mod bell;
 mod published;
 mod rows;
+mod setup;
 mod url;
 mod waiter;
 
 pub(crate) use self::url::check_url;
 use self::url::{DEFAULT_BUSY_TIMEOUT, parse_url};
 
-use self::rows::{Found, add_bell_column, execute, find, head_bell, live_row, query_row};
+use self::rows::{Found, execute, find, head_bell, live_row, query_row};
+use self::setup::set_up;
 use self::waiter::SqliteWaiter;
 use bell::{Bell, Listener};
 
@@ -63,31 +65,6 @@ const BELL_POLL: Duration = Duration::from_millis(25);
 /// How long one close watch lasts before the async loop takes over again (to refresh the
 /// ticket and to notice a dropped waiter).
 const CLOSE_WATCH: Duration = Duration::from_millis(20);
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS distlock_locks (
-    id            INTEGER PRIMARY KEY,
-    name          TEXT    NOT NULL UNIQUE,
-    owner         TEXT    NOT NULL,
-    holds         INTEGER NOT NULL,
-    fencing_token INTEGER NOT NULL,
-    lease_ms      INTEGER NOT NULL,
-    created_at_ms INTEGER NOT NULL,
-    expires_at_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS distlock_fencing (
-    name       TEXT    PRIMARY KEY,
-    last_token INTEGER NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS distlock_waiters (
-    ticket     INTEGER PRIMARY KEY AUTOINCREMENT,
-    name       TEXT    NOT NULL,
-    owner      TEXT    NOT NULL,
-    seen_at_ms INTEGER NOT NULL,
-    bell       TEXT
-);
-CREATE INDEX IF NOT EXISTS distlock_waiters_by_name ON distlock_waiters (name, ticket);
-";
 
 /// The table-record lock in an SQLite file shared by the processes of one machine.
 #[derive(Debug, Clone)]
@@ -160,60 +137,6 @@ fn millis(duration: Duration) -> i64 {
 
 fn to_u32(holds: i64) -> u32 {
     u32::try_from(holds).unwrap_or(u32::MAX)
-}
-
-/// Sets up a file just opened: WAL, then the tables (made if missing, in one transaction).
-///
-/// Processes that open a new file at the same moment meet here. Switching a file to WAL needs
-/// it to themselves, and SQLite answers "database is locked" at once instead of calling the
-/// busy handler when another connection is reading or switching it too; creating the tables
-/// can meet the same while the other one's switch is under way. So each step is tried again,
-/// with short naps, while it is refused as busy and `budget` (the busy timeout) lasts.
-fn set_up(conn: &mut Connection, budget: Duration) -> Result<()> {
-    let deadline = std::time::Instant::now() + budget;
-    let mut nap = Duration::from_micros(500);
-    let mut retry = |error: rusqlite::Error, operation: &'static str| {
-        if !is_busy(&error) || std::time::Instant::now() >= deadline {
-            return Err(Error::backend(SCHEME, operation, error));
-        }
-        std::thread::sleep(nap + Duration::from_micros(fastrand::u64(0..=500)));
-        nap = (nap * 2).min(Duration::from_millis(20));
-        Ok(())
-    };
-    loop {
-        match conn.query_row("PRAGMA journal_mode = WAL", [], |row| {
-            row.get::<_, String>(0)
-        }) {
-            Ok(_mode) => break,
-            Err(error) => retry(error, "switch to WAL")?,
-        }
-    }
-    conn.execute_batch("PRAGMA synchronous = NORMAL;")
-        .map_err(backend_error("set synchronous"))?;
-    loop {
-        match create_tables(conn) {
-            Ok(()) => return Ok(()),
-            Err(error) => retry(error, "create the lock tables")?,
-        }
-    }
-}
-
-/// Makes the tables that are missing, and the waiters' bell column in a file made before
-/// doorbells, in one write transaction (rolled back when it fails).
-fn create_tables(conn: &mut Connection) -> rusqlite::Result<()> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    tx.execute_batch(SCHEMA)?;
-    tx.execute_batch(published::SCHEMA)?;
-    add_bell_column(&tx)?;
-    tx.commit()
-}
-
-/// True for SQLite's "the file is busy or locked by another connection".
-fn is_busy(error: &rusqlite::Error) -> bool {
-    matches!(
-        error.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
 }
 
 impl SqliteBackend {
