@@ -243,7 +243,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub backend: String,
     /// Worker processes contending for one lock.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=128))]
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub workers: u32,
     /// Milliseconds each worker holds the lock per acquisition.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=10_000))]
@@ -285,6 +285,18 @@ pub struct BenchArgs {
     /// end of the session or etcd lease the URL sets).
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(300..=60_000))]
     pub failover_lease_ms: u64,
+    /// Also compare distlock's uncontended acquire+release with the backend's bare baselines
+    /// on one connection of the same driver (its cheapest round trip, and a hand-written lock:
+    /// SET NX + DEL, pg_try_advisory_lock + unlock, GET_LOCK + RELEASE_LOCK, ZooKeeper create +
+    /// delete, ...), in --compare-rounds rounds that take turns.
+    #[arg(long)]
+    pub compare: bool,
+    /// Rounds of the --compare phase; each measures every figure for --compare-round-ms.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub compare_rounds: u32,
+    /// Milliseconds each figure is measured for in one round of --compare.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    pub compare_round_ms: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

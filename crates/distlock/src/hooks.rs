@@ -3,6 +3,8 @@
 
 use crate::client::Locks;
 
+pub use crate::bare::Bare;
+
 /// How many renewal requests `locks` has sent (each renews up to 1000 locks).
 pub fn renewal_requests(locks: &Locks) -> u64 {
     locks.renewal_requests()

@@ -107,6 +107,7 @@
 
 mod acquire;
 pub mod backend;
+mod bare;
 mod client;
 #[cfg(feature = "conformance")]
 pub mod conformance;

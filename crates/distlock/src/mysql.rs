@@ -216,6 +216,12 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
     parse_url(url).map(|_| ())
 }
 
+/// The driver's options for the server a `mysql://` or `mariadb://` URL names, whatever its
+/// mode.
+pub(crate) fn connect_options(url: &str) -> Result<MySqlConnectOptions> {
+    parse_url(url).map(|(options, _)| options)
+}
+
 /// Splits `?mode=` off a `mysql://` or `mariadb://` URL.
 fn parse_url(url: &str) -> Result<(MySqlConnectOptions, Mode)> {
     let (base, query) = crate::scheme::Query::parse(url)?;

@@ -217,6 +217,11 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
     parse_url(url).map(|_| ())
 }
 
+/// The driver's options for the server a `postgres://` URL names, whatever its mode.
+pub(crate) fn connect_options(url: &str) -> Result<PgConnectOptions> {
+    parse_url(url).map(|(options, _)| options)
+}
+
 /// Splits `?mode=` off a `postgres://` URL.
 fn parse_url(url: &str) -> Result<(PgConnectOptions, Mode)> {
     let (base, query) = crate::scheme::Query::parse(url)?;

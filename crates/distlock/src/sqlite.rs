@@ -204,6 +204,11 @@ impl SqliteBackend {
     }
 }
 
+/// The path of the file a `sqlite://` URL names.
+pub(crate) fn path_of(url: &str) -> Result<std::path::PathBuf> {
+    url::parse_url(url.strip_prefix("sqlite://").unwrap_or(url)).map(|url| url.path)
+}
+
 /// Opens (or makes) the lock file a `sqlite://` URL names; see [`SqliteBackend::open`].
 ///
 /// # Errors

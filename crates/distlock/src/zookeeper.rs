@@ -100,7 +100,7 @@ fn ephemeral_sequential() -> zk::CreateOptions<'static> {
     zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
 }
 
-fn ephemeral() -> zk::CreateOptions<'static> {
+pub(crate) fn ephemeral() -> zk::CreateOptions<'static> {
     zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())
 }
 
@@ -108,7 +108,7 @@ fn container() -> zk::CreateOptions<'static> {
     zk::CreateMode::Container.with_acls(zk::Acls::anyone_all())
 }
 
-fn persistent() -> zk::CreateOptions<'static> {
+pub(crate) fn persistent() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
 }
 

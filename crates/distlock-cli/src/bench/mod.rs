@@ -10,6 +10,7 @@
 //!    the mutex of the same run; `--failovers N`: leader election's failover after the
 //!    leader's process is SIGKILLed.
 
+mod compare;
 mod contend;
 mod failover;
 mod plot;
@@ -124,6 +125,29 @@ pub async fn run(args: BenchArgs) -> CliResult {
         ratio_to_limit: pairs_per_s / limit_per_s,
     };
 
+    // 2b. Optionally, the same pairs next to the backend's bare baselines.
+    let compare = if args.compare {
+        let compare = compare::measure(
+            &locks,
+            &args.backend,
+            &run_id,
+            args.compare_rounds,
+            args.compare_round_ms,
+            &mut progress,
+        )
+        .await?;
+        if compare.is_none() {
+            return Err(Failure::usage(format!(
+                "--compare: no bare baseline for {}; it has them for redis://, postgres://, \
+                 mysql://, mariadb://, zk://, etcd:// and sqlite://",
+                args.backend
+            )));
+        }
+        compare
+    } else {
+        None
+    };
+
     // 3. Contention between worker processes.
     let reports = contend::phase(&locks, &args, &run_id, &mut progress).await?;
     let contention = contend::analyse(&args, &rtt, &rtt_after_idle, &reports)?;
@@ -177,6 +201,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
         rtt,
         rtt_after_idle,
         uncontended,
+        compare,
         contention,
         renewal,
         primitives,

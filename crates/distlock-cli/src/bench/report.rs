@@ -85,6 +85,8 @@ pub struct Report {
     /// The round trip right after sleeping for the hold time (at least 1 ms).
     pub rtt_after_idle: Stats,
     pub uncontended: Uncontended,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compare: Option<super::compare::Compare>,
     pub contention: Contention,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub renewal: Option<Renewal>,
@@ -106,6 +108,9 @@ pub struct Report {
 /// Prints the report as a table.
 pub fn print(r: &Report) {
     print_main(r);
+    if let Some(c) = &r.compare {
+        super::compare::print(c);
+    }
     if let Some(p) = &r.primitives {
         primitives::print(p);
     }

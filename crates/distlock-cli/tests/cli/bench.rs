@@ -54,3 +54,95 @@ fn bench_reports_every_figure_and_draws_the_plot() {
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("<rect"), "{svg}");
 }
+
+/// `--compare` on `url`: the bare baselines and distlock's pairs all ran, and the ratios are
+/// theirs.
+fn compare_on(url: &str) {
+    let output = distlock(&[
+        "bench",
+        "--backend",
+        url,
+        "--json",
+        "--workers",
+        "2",
+        "--duration-s",
+        "1",
+        "--pairs",
+        "20",
+        "--rtt-samples",
+        "20",
+        "--compare",
+        "--compare-rounds",
+        "3",
+        "--compare-round-ms",
+        "100",
+    ]);
+    let envelope = json_report(&output, "bench");
+    let compare = &envelope["results"][0]["compare"];
+    assert_eq!(compare["rounds"], 3, "{compare}");
+    let figure = |key: &str| {
+        let value = compare[key].as_f64().unwrap_or(0.0);
+        assert!(value > 0.0, "{key} of {url}: {compare}");
+        value
+    };
+    let (bare, ours, limit) = (
+        figure("bare_pairs_per_s"),
+        figure("distlock_pairs_per_s"),
+        figure("limit_per_s"),
+    );
+    figure("bare_rtt_ms");
+    figure("distlock_rtt_ms");
+    assert!(
+        (figure("ratio_to_bare_pair") - ours / bare).abs() < 1e-6,
+        "{compare}"
+    );
+    assert!(
+        (figure("ratio_to_limit") - ours / limit).abs() < 1e-6,
+        "{compare}"
+    );
+    assert!(
+        compare["pair"].as_str().is_some_and(|p| !p.is_empty()),
+        "{compare}"
+    );
+}
+
+/// Every backend with a bare baseline runs its comparison against the real server.
+#[test]
+fn bench_compares_with_the_bare_baselines_on_every_server() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        sqlite_url(dir.path()),
+        crate::redis_url(),
+        crate::postgres_url(),
+        crate::mysql_url(),
+        crate::zookeeper_url(),
+        crate::etcd_url(),
+    ] {
+        compare_on(&url);
+    }
+}
+
+/// A backend without bare baselines is refused with the list of those that have them.
+#[test]
+fn bench_compare_names_the_backends_it_serves() {
+    let output = distlock(&[
+        "bench",
+        "--backend",
+        "memory://",
+        "--compare",
+        "--duration-s",
+        "1",
+        "--workers",
+        "1",
+        "--pairs",
+        "5",
+        "--rtt-samples",
+        "5",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no bare baseline") && stderr.contains("postgres://"),
+        "{stderr}"
+    );
+}
