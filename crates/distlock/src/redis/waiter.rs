@@ -176,7 +176,17 @@ impl ReleaseWaiter for RedisWaiter {
                     tokio::time::sleep_until(until).await;
                     return Woken::Retry;
                 }
-                Err(_) => return Woken::Retry,
+                Err(_) => {
+                    // At the refresh point: refresh now, which takes a lock handed to us
+                    // whose announcement we missed, before the caller asks again.
+                    if let Some(queued) = self.queued.as_mut()
+                        && let Ok(Some(handed)) = queued.enqueue().await
+                    {
+                        self.queued = None;
+                        return handed;
+                    }
+                    return Woken::Retry;
+                }
             }
         }
     }

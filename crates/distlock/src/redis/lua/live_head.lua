@@ -15,9 +15,6 @@ local function live_head(queue, seen, terms, stale)
     redis.call('hdel', terms, head)
   end
 end
-local function owner_of(id)
-  return string.match(id, '^(.*)#[^#]*$') or id
-end
 local function pass_on(lock, fence, channel, queue, seen, terms, stale)
   local head = live_head(queue, seen, terms, stale)
   if not head then
