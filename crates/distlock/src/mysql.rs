@@ -16,8 +16,10 @@
 //!   ([`server_lock_name`]). MariaDB 10.11 compares names byte for byte; a server that
 //!   compares them without case makes `Foo` and `foo` one lock (needless waiting, never two
 //!   holders).
-//! * **Fencing tokens** come from `distlock_fencing`, a counter per name bumped by the
-//!   statement that takes the lock.
+//! * **Fencing tokens** are drawn by the statement that takes the lock, after it: on MariaDB
+//!   from the sequence `distlock_token_seq` (a grant commits nothing), on MySQL from a
+//!   counter per name in `distlock_fencing` (one commit per grant). See
+//!   `docs/backends/mysql.md` for the limits and for upgrading from per-name counters.
 //! * **Loss.** When a lock connection dies or is killed (`KILL`), the server frees its locks
 //!   at once, and the next renewal check (one query per lock connection) fires `lost()`.
 //!   `force_unlock` kills the holding connection, which frees every lock it held.
@@ -280,7 +282,10 @@ async fn connect_with(options: MySqlConnectOptions, mode: Mode) -> Result<Arc<dy
         })),
         Mode::Named => {
             let pool = open_pool(options.clone(), 2).await?;
-            Ok(Arc::new(MySqlNamedBackend::with_pool(options, pool)))
+            let tokens = named::token_source(&pool).await?;
+            Ok(Arc::new(MySqlNamedBackend::with_pool(
+                options, pool, tokens,
+            )))
         }
     }
 }

@@ -13,8 +13,10 @@
 //!   moment the holder unlocks, and that connection then holds it.
 //! * Owners of one client never share a lock through one session (advisory locks are
 //!   re-entrant per session): the client reserves the name before it asks.
-//! * **Fencing tokens** come from `distlock_fencing`, a counter per name bumped by the
-//!   statement that takes the lock, while the lock is held.
+//! * **Fencing tokens** come from the sequence `distlock_token_seq`, drawn by the statement
+//!   that takes the lock, after it: a grant commits nothing that must be flushed, and tokens
+//!   grow across clients, restarts and force-unlocks (see `docs/backends/postgres.md` for
+//!   the limits, and for upgrading from the per-name counters of earlier clients).
 //! * **Loss.** When a lock connection dies or is killed (`pg_terminate_backend`), the server
 //!   frees its locks at once, and the next renewal check (one `pg_locks` query per lock
 //!   connection) fires `lost()`. `force_unlock` terminates the holding session, which frees
@@ -89,6 +91,17 @@ const SCHEMA: &[&str] = &[
         last_token bigint NOT NULL
     )",
     published::TABLE,
+];
+
+/// The advisory locks' fencing tokens: one sequence for every name, so that a grant writes
+/// nothing that must be flushed (PostgreSQL logs a sequence 32 values ahead and flushes that
+/// record before the value is seen). `CACHE 1`: every session draws from the shared counter,
+/// so tokens follow the order of the grants. Made once; it starts above every per-name counter
+/// that clients before it kept in `distlock_fencing`.
+const TOKEN_SEQUENCE: &[&str] = &[
+    "CREATE SEQUENCE distlock_token_seq AS bigint MINVALUE 1 CACHE 1 NO CYCLE",
+    "SELECT setval('distlock_token_seq',
+        (SELECT coalesce(max(last_token), 0) + 1 FROM distlock_fencing), false)",
 ];
 
 /// Bumps the fencing counter only when the statement's snapshot does not show another
@@ -312,6 +325,19 @@ async fn make_tables(pool: &PgPool) -> Result<()> {
             .execute(&mut *tx)
             .await
             .map_err(db_error("create the tables"))?;
+    }
+    // Under the schema's lock, so that one first connection makes the sequence.
+    let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass('distlock_token_seq') IS NOT NULL")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error("create the tables"))?;
+    if !exists {
+        for statement in TOKEN_SEQUENCE {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error("create the token sequence"))?;
+        }
     }
     tx.commit().await.map_err(db_error("create the tables"))
 }

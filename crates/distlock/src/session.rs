@@ -10,8 +10,9 @@
 //!   lock until it is released.
 //! * Several owners of one client never share a lock through one session (session locks are
 //!   re-entrant per session on both servers): the client reserves the name before it asks.
-//! * The fencing token is a per-name counter in `distlock_fencing`, bumped by the same
-//!   statement that takes the lock.
+//! * The fencing token is drawn by the same statement that takes the lock, after it: from a
+//!   sequence on PostgreSQL and MariaDB, from a per-name counter in `distlock_fencing` on
+//!   MySQL.
 //! * A lock connection that dies takes its locks with it (the server frees them). A watcher
 //!   asks every lock connection that holds locks whether it still holds them every
 //!   [`WATCH_INTERVAL`]; when one is gone it forgets those locks and reports a lost session,

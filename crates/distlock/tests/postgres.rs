@@ -270,9 +270,9 @@ async fn promise1_rwlocks_are_postgres_shared_advisory_locks() {
 
 /// Promise 4 for the connections a reader or writer takes: a waiter's connection whose wait
 /// ran out goes back to the idle connections without its wait's `lock_timeout`, so a later
-/// try on it waits for the fencing counter's row like any other, instead of failing with a
-/// lock timeout. Two tries at once take both idle connections (the waiter's and the
-/// writer's) while another transaction holds the counter's row for 300 ms.
+/// try on it waits for the token sequence like any other, instead of failing with a lock
+/// timeout. Two tries at once take both idle connections (the waiter's and the writer's)
+/// while another transaction holds the sequence for 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiters_connection_is_reused_without_its_lock_timeout() {
     use sqlx::Connection;
@@ -282,14 +282,14 @@ async fn a_waiters_connection_is_reused_without_its_lock_timeout() {
     let rwlock = locks.rwlock(name.as_str()).unwrap();
     let write = rwlock.write().await.unwrap();
     let waited = rwlock
-        .read_with(distlock::AcquireOptions::new().wait(Duration::from_millis(30)))
+        .read_with(distlock::AcquireOptions::new().wait(Duration::from_millis(300)))
         .await;
     assert!(waited.unwrap_err().is_timeout());
     write.release().await.unwrap();
     let mut plain = sqlx::PgConnection::connect(&url).await.unwrap();
     let mut row = plain.begin().await.unwrap();
-    sqlx::query("UPDATE distlock_fencing SET last_token = last_token WHERE name = $1")
-        .bind(&name)
+    // A no-op change that holds the sequence against `nextval` until the commit.
+    sqlx::query("ALTER SEQUENCE distlock_token_seq CACHE 1")
         .execute(&mut *row)
         .await
         .unwrap();
@@ -297,7 +297,8 @@ async fn a_waiters_connection_is_reused_without_its_lock_timeout() {
         let rwlock = rwlock.clone();
         tokio::spawn(async move { rwlock.try_read().await })
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Longer than the wait's `lock_timeout` (at most 300 ms), had it stayed set.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     row.commit().await.unwrap();
     for try_read in tries {
         let read = tokio::time::timeout(Duration::from_secs(10), try_read)

@@ -40,6 +40,65 @@ INSERT INTO distlock_fencing (name, last_token)
 SELECT ?, LAST_INSERT_ID(1) FROM DUAL WHERE GET_LOCK(?, ?) = 1
 ON DUPLICATE KEY UPDATE last_token = LAST_INSERT_ID(last_token + 1)";
 
+/// MariaDB: takes the lock if `GET_LOCK` grants it within the given seconds and, only then,
+/// draws the token from the sequence (`IF` evaluates one branch).
+const LOCK_FROM_SEQUENCE: &str = "SELECT IF(GET_LOCK(?, ?) = 1, NEXTVAL(distlock_token_seq), NULL)";
+
+/// Records a name, once, for listing (MariaDB; with MySQL's counters the grant records it).
+const REMEMBER_NAME: &str = "INSERT IGNORE INTO distlock_fencing (name, last_token) VALUES (?, 0)";
+
+/// How many recorded names a client remembers before it forgets them all (and records each
+/// again at its next grant).
+const NAMES_KEPT: usize = 65_536;
+
+/// Where fencing tokens come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Tokens {
+    /// MariaDB: one sequence for every name. Its cached values are shared by every session
+    /// and handed out in order; the server writes the sequence once per 1,000 values, so a
+    /// grant commits nothing, and after a restart it goes on from the next unwritten block.
+    Sequence,
+    /// MySQL (no sequences): a counter per name in `distlock_fencing`, bumped by the statement
+    /// that takes the lock, which commits (and flushes) once per grant.
+    Counters,
+}
+
+/// MariaDB gets the sequence, made once above every per-name counter kept before it (by
+/// clients that predate it); MySQL the counters.
+pub(super) async fn token_source(pool: &MySqlPool) -> Result<Tokens> {
+    let (version,): (String,) = sqlx::query_as("SELECT VERSION()")
+        .fetch_one(pool)
+        .await
+        .map_err(db_error("read the server's version"))?;
+    if !version.contains("MariaDB") {
+        return Ok(Tokens::Counters);
+    }
+    let (exists,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM information_schema.tables
+         WHERE table_schema = DATABASE() AND table_name = 'distlock_token_seq'",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(db_error("look for the token sequence"))?;
+    if exists == 0 {
+        let (start,): (i64,) = sqlx::query_as(
+            "SELECT CAST(COALESCE(MAX(last_token), 0) + 1 AS SIGNED) FROM distlock_fencing",
+        )
+        .fetch_one(pool)
+        .await
+        .map_err(db_error("create the token sequence"))?;
+        // A number read from the server, not user input.
+        sqlx::raw_sql(&format!(
+            "CREATE SEQUENCE IF NOT EXISTS distlock_token_seq START WITH {start} \
+             MINVALUE 1 CACHE 1000 NOCYCLE"
+        ))
+        .execute(pool)
+        .await
+        .map_err(db_error("create the token sequence"))?;
+    }
+    Ok(Tokens::Sequence)
+}
+
 /// How many names one check asks about.
 const CHECK_CHUNK: usize = 256;
 
@@ -68,17 +127,52 @@ pub fn server_lock_name(name: &str) -> String {
 pub struct MySqlNamed {
     options: MySqlConnectOptions,
     pool: MySqlPool,
+    tokens: Tokens,
+    /// Names this client has recorded in `distlock_fencing` (with the sequence).
+    named: std::sync::Mutex<HashSet<String>>,
 }
 
 impl MySqlNamedBackend {
-    pub(super) fn with_pool(options: MySqlConnectOptions, pool: MySqlPool) -> Self {
+    pub(super) fn with_pool(options: MySqlConnectOptions, pool: MySqlPool, tokens: Tokens) -> Self {
         // A waiting statement blocks by design; sqlx would log each one as slow.
         let options = sqlx::ConnectOptions::disable_statement_logging(options);
-        SessionBackend::new(MySqlNamed { options, pool })
+        SessionBackend::new(MySqlNamed {
+            options,
+            pool,
+            tokens,
+            named: std::sync::Mutex::default(),
+        })
     }
 }
 
 impl MySqlNamed {
+    /// Records `name` in `distlock_fencing` unless this client did already: before its first
+    /// grant, on the operator's pool, so that a failure takes no lock.
+    async fn remember(&self, name: &LockName) -> Result<()> {
+        let known = self
+            .named
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(name.as_str());
+        if known {
+            return Ok(());
+        }
+        sqlx::query(REMEMBER_NAME)
+            .bind(name.as_str().as_bytes())
+            .execute(&self.pool)
+            .await
+            .map_err(db_error("record the lock's name"))?;
+        let mut named = self
+            .named
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if named.len() >= NAMES_KEPT {
+            named.clear();
+        }
+        named.insert(name.as_str().to_owned());
+        Ok(())
+    }
+
     async fn lock(
         &self,
         conn: &mut MySqlConnection,
@@ -87,6 +181,16 @@ impl MySqlNamed {
         seconds: f64,
         operation: &'static str,
     ) -> Result<Option<u64>> {
+        if self.tokens == Tokens::Sequence {
+            self.remember(name).await?;
+            let (token,): (Option<i64>,) = sqlx::query_as(LOCK_FROM_SEQUENCE)
+                .bind(key)
+                .bind(seconds)
+                .fetch_one(conn)
+                .await
+                .map_err(db_error(operation))?;
+            return Ok(token.and_then(|t| u64::try_from(t).ok()));
+        }
         let done = sqlx::query(LOCK)
             .bind(name.as_str().as_bytes())
             .bind(key)

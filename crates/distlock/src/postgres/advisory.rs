@@ -31,29 +31,29 @@ use super::{SCHEME, db_error, token_u64};
 /// [`postgres` module docs](crate::postgres).
 pub type PgAdvisoryBackend = SessionBackend<PgAdvisory>;
 
-const TRY_LOCK: &str = "
-WITH l AS (SELECT pg_try_advisory_lock($1) AS got)
-INSERT INTO distlock_fencing AS f (name, last_token) SELECT $2, 1 FROM l WHERE l.got
-ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
-RETURNING last_token";
+/// Takes the lock if free and, only then, draws the next token of the sequence.
+const TRY_LOCK: &str =
+    "SELECT CASE WHEN pg_try_advisory_lock($1) THEN nextval('distlock_token_seq') END";
 
-const TRY_LOCK_SHARED: &str = "
-WITH l AS (SELECT pg_try_advisory_lock_shared($1) AS got)
-INSERT INTO distlock_fencing AS f (name, last_token) SELECT $2, 1 FROM l WHERE l.got
-ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
-RETURNING last_token";
+const TRY_LOCK_SHARED: &str =
+    "SELECT CASE WHEN pg_try_advisory_lock_shared($1) THEN nextval('distlock_token_seq') END";
 
+/// Waits for the lock, then draws the token (the CTE runs before the row it feeds is made).
 const BLOCKING_LOCK: &str = "
-WITH l AS (SELECT pg_advisory_lock($1))
-INSERT INTO distlock_fencing AS f (name, last_token) SELECT $2, 1 FROM l
-ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
-RETURNING last_token";
+WITH l AS MATERIALIZED (SELECT pg_advisory_lock($1))
+SELECT nextval('distlock_token_seq') FROM l";
 
 const BLOCKING_LOCK_SHARED: &str = "
-WITH l AS (SELECT pg_advisory_lock_shared($1))
-INSERT INTO distlock_fencing AS f (name, last_token) SELECT $2, 1 FROM l
-ON CONFLICT (name) DO UPDATE SET last_token = f.last_token + 1
-RETURNING last_token";
+WITH l AS MATERIALIZED (SELECT pg_advisory_lock_shared($1))
+SELECT nextval('distlock_token_seq') FROM l";
+
+/// Records a name, once, for listing: the server's locks know only keys.
+const REMEMBER_NAME: &str = "
+INSERT INTO distlock_fencing (name, last_token) VALUES ($1, 0) ON CONFLICT (name) DO NOTHING";
+
+/// How many recorded names a client remembers before it forgets them all (and records each
+/// again at its next grant).
+const NAMES_KEPT: usize = 65_536;
 
 /// The advisory keys (bigint form) this session holds, and whether in shared mode.
 const MY_KEYS: &str = "
@@ -100,13 +100,49 @@ pub struct AdvisoryLock {
 pub struct PgAdvisory {
     options: PgConnectOptions,
     pool: PgPool,
+    /// Names this client has recorded in `distlock_fencing`.
+    named: std::sync::Mutex<HashSet<String>>,
+}
+
+impl PgAdvisory {
+    /// Records `name` in `distlock_fencing` unless this client did already: before its first
+    /// grant, on the operator's pool, so that a failure takes no lock.
+    async fn remember(&self, name: &LockName) -> Result<()> {
+        let known = |named: &std::sync::Mutex<HashSet<String>>| {
+            named
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .contains(name.as_str())
+        };
+        if known(&self.named) {
+            return Ok(());
+        }
+        sqlx::query(REMEMBER_NAME)
+            .bind(name.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(db_error("record the lock's name"))?;
+        let mut named = self
+            .named
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if named.len() >= NAMES_KEPT {
+            named.clear();
+        }
+        named.insert(name.as_str().to_owned());
+        Ok(())
+    }
 }
 
 impl PgAdvisoryBackend {
     pub(super) fn with_pool(options: PgConnectOptions, pool: PgPool) -> Self {
         // A waiting statement blocks by design; sqlx would log each one as slow.
         let options = sqlx::ConnectOptions::disable_statement_logging(options);
-        SessionBackend::new(PgAdvisory { options, pool })
+        SessionBackend::new(PgAdvisory {
+            options,
+            pool,
+            named: std::sync::Mutex::default(),
+        })
     }
 }
 
@@ -144,18 +180,18 @@ impl Dialect for PgAdvisory {
         key: &AdvisoryLock,
         name: &LockName,
     ) -> Result<Option<u64>> {
+        self.remember(name).await?;
         let sql = if key.shared {
             TRY_LOCK_SHARED
         } else {
             TRY_LOCK
         };
-        let token: Option<(i64,)> = sqlx::query_as(sql)
+        let (token,): (Option<i64>,) = sqlx::query_as(sql)
             .bind(key.key)
-            .bind(name.as_str())
-            .fetch_optional(conn)
+            .fetch_one(conn)
             .await
             .map_err(db_error("acquire"))?;
-        Ok(token.map(|(token,)| token_u64(token)))
+        Ok(token.map(token_u64))
     }
 
     async fn lock_waiting(
@@ -170,6 +206,7 @@ impl Dialect for PgAdvisory {
         } else {
             BLOCKING_LOCK
         };
+        self.remember(name).await?;
         let timeout_ms = max.as_millis().clamp(1, i32::MAX as u128).to_string();
         sqlx::query("SELECT set_config('lock_timeout', $1, false)")
             .bind(&timeout_ms)
@@ -178,7 +215,6 @@ impl Dialect for PgAdvisory {
             .map_err(db_error("wait for the lock"))?;
         let result: std::result::Result<(i64,), sqlx::Error> = sqlx::query_as(sql)
             .bind(key.key)
-            .bind(name.as_str())
             .fetch_one(&mut *conn)
             .await;
         match result {
