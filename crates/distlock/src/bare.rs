@@ -32,7 +32,7 @@ enum Connection {
     #[cfg(feature = "zookeeper")]
     ZooKeeper(zookeeper_client::Client, String),
     #[cfg(feature = "etcd")]
-    Etcd(etcd_client::Client, String),
+    Etcd(Box<etcd_client::Client>, String),
     #[cfg(feature = "sqlite")]
     Sqlite(std::sync::Arc<std::sync::Mutex<rusqlite::Connection>>),
 }
@@ -101,7 +101,7 @@ impl Bare {
                 let client = etcd_client::Client::connect(&url.endpoints, None)
                     .await
                     .map_err(|e| failed("etcd", "connect")(e.to_string()))?;
-                Connection::Etcd(client, url.prefix.clone())
+                Connection::Etcd(Box::new(client), url.prefix.clone())
             }
             #[cfg(feature = "sqlite")]
             BackendKind::Sqlite => {
