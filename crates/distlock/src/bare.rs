@@ -15,7 +15,8 @@
 use crate::error::{Error, Result};
 use crate::scheme::BackendKind;
 
-/// One connection for the bare baselines; see the [module docs](self).
+/// One connection for the bare baselines of `distlock bench --compare`: the round trip and
+/// the bare pair of each backend, listed in `bare.rs`.
 pub struct Bare {
     connection: Connection,
     /// Distinguishes this run's keys from another run's.
@@ -242,7 +243,7 @@ impl Bare {
             }
             #[cfg(feature = "postgres")]
             Connection::Postgres(c) => {
-                let key = crate::session::fnv1a64(&name).cast_signed();
+                let key = crate::postgres::advisory_key(&name);
                 let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
                     .bind(key)
                     .fetch_one(&mut *c)
