@@ -241,10 +241,21 @@ impl Backend for RedisBackend {
         // Listen first, then queue: an announcement naming us cannot come before we listen.
         let mut waiter = self.listen(&keys).await?;
         if self.fair {
+            let id = format!("{}#{:x}", owner.as_str(), fastrand::u64(..));
+            // The waiter's own channel, listened to before it queues, as the lock's is.
+            let own = format!("{}>{id}", keys.channel);
+            let own_receiver = match self.releases.subscribe(&own).await {
+                Ok(receiver) => receiver,
+                Err(error) => {
+                    drop(waiter);
+                    return Err(error);
+                }
+            };
+            waiter.own = Some((own, own_receiver));
             let mut queued = Queued {
                 backend: self.clone(),
                 keys,
-                id: format!("{}#{:x}", owner.as_str(), fastrand::u64(..)),
+                id,
                 // A waiter asking for a lease shorter than a handover's is named, not handed
                 // the lock: it learns of a handover up to a refresh interval late.
                 lease_ms: if lease >= HANDOVER_LEASE {
@@ -405,6 +416,7 @@ impl RedisBackend {
             hub: self.releases.clone(),
             channel: keys.channel.clone(),
             receiver,
+            own: None,
             queued: None,
             handed: None,
         })

@@ -23,6 +23,10 @@ pub(super) struct RedisWaiter {
     pub(super) hub: Arc<ReleaseHub>,
     pub(super) channel: String,
     pub(super) receiver: watch::Receiver<Arc<str>>,
+    /// In fair mode: the waiter's own channel (`<lock channel>><waiter id>`) and what arrives
+    /// on it. A release names or hands the lock to the first waiter there, so that it wakes
+    /// one process, not every process with a waiter.
+    pub(super) own: Option<(String, watch::Receiver<Arc<str>>)>,
     /// In fair mode: our place in the lock's queue; `None` once we took a lock handed to us.
     pub(super) queued: Option<Queued>,
     /// A handover learnt of while queueing, returned by the next wait.
@@ -152,9 +156,23 @@ impl ReleaseWaiter for RedisWaiter {
             }
         }
         loop {
-            match tokio::time::timeout_at(until, self.receiver.changed()).await {
-                Ok(Ok(())) => {
-                    let message = self.receiver.borrow_and_update().clone();
+            let (own, receiver) = (&mut self.own, &mut self.receiver);
+            let changed = async move {
+                match own.as_mut() {
+                    Some((_, own)) => tokio::select! {
+                        changed = own.changed() => changed.map(|()| own.borrow_and_update().clone()),
+                        changed = receiver.changed() => {
+                            changed.map(|()| receiver.borrow_and_update().clone())
+                        }
+                    },
+                    None => receiver
+                        .changed()
+                        .await
+                        .map(|()| receiver.borrow_and_update().clone()),
+                }
+            };
+            match tokio::time::timeout_at(until, changed).await {
+                Ok(Ok(message)) => {
                     let Some(queued) = &self.queued else {
                         // Not queued (the race): any announcement is a chance.
                         return Woken::Retry;
@@ -210,11 +228,17 @@ impl Drop for RedisWaiter {
                     .await;
             }));
         }
-        if self.hub.leave(&self.channel)
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        let own = self.own.take().map(|(channel, _)| channel);
+        for channel in [Some(std::mem::take(&mut self.channel)), own]
+            .into_iter()
+            .flatten()
         {
-            let (hub, channel) = (self.hub.clone(), std::mem::take(&mut self.channel));
-            drop(runtime.spawn(async move { hub.unsubscribe_if_idle(channel).await }));
+            if self.hub.leave(&channel)
+                && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            {
+                let hub = self.hub.clone();
+                drop(runtime.spawn(async move { hub.unsubscribe_if_idle(channel).await }));
+            }
         }
     }
 }

@@ -30,8 +30,8 @@ local function pass_on(lock, fence, channel, queue, seen, terms, stale)
     redis.call('zrem', queue, head)
     redis.call('hdel', seen, head)
     redis.call('hdel', terms, head)
-    redis.call('publish', channel, '!' .. head .. ' ' .. string.format('%.0f', token) .. ' ' .. seq)
+    redis.call('publish', channel .. '>' .. head, '!' .. head .. ' ' .. string.format('%.0f', token) .. ' ' .. seq)
   else
-    redis.call('publish', channel, head)
+    redis.call('publish', channel .. '>' .. head, head)
   end
 end
