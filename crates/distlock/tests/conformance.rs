@@ -548,58 +548,6 @@ mod redis_fair_mode {
         }
     }
 
-    /// Promise 4: a waiter that wakes without reading its handover (the announcement was
-    /// missed, or an earlier `*` was read instead) asks for the lock as its owner; it takes the
-    /// grant handed to it as one hold, and one release frees the lock.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn promise4_asking_after_a_missed_handover_takes_it_once() {
-        use distlock::backend::{Acquired, Backend};
-
-        let target = redis("redis");
-        let backend = distlock::redis::RedisBackend::connect(&target)
-            .await
-            .unwrap();
-        let locks = distlock::connect("memory://").await.unwrap();
-        let name = distlock::LockName::new(format!("handover-ask/{}", fastrand::u64(..))).unwrap();
-        let lease = Duration::from_secs(30);
-        let holder = locks.holder();
-        let granted = backend.try_acquire(&name, holder.owner(), lease).await;
-        let Ok(Acquired::Granted {
-            fencing_token: first,
-            ..
-        }) = granted
-        else {
-            panic!("{granted:?}");
-        };
-        let waiter = locks.holder();
-        let queued = backend
-            .subscribe(&name, waiter.owner(), lease)
-            .await
-            .unwrap();
-        backend.release(&name, holder.owner()).await.unwrap();
-        assert_eq!(backend.holds(&name, waiter.owner()).await.unwrap(), 1);
-        // The waiter's owner asks instead of reading the announcement.
-        let asked = backend.try_acquire(&name, waiter.owner(), lease).await;
-        let Ok(Acquired::Granted { fencing_token, .. }) = asked else {
-            panic!("the owner handed the lock was refused it: {asked:?}");
-        };
-        assert!(fencing_token > first, "{fencing_token} after {first}");
-        assert_eq!(
-            backend.holds(&name, waiter.owner()).await.unwrap(),
-            1,
-            "asking after a handover added a second hold"
-        );
-        drop(queued);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        // The dropped waiter does not give back the grant its owner took.
-        assert_eq!(backend.holds(&name, waiter.owner()).await.unwrap(), 1);
-        backend.release(&name, waiter.owner()).await.unwrap();
-        assert!(
-            !backend.is_locked(&name).await.unwrap(),
-            "one release did not free the lock"
-        );
-    }
-
     /// A waiter not seen for 1 s is skipped: it delays a free lock by about that.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn an_abandoned_waiter_goes_stale() {

@@ -9,11 +9,8 @@ const ACQUIRE: &str = include_str!("lua/acquire.lua");
 
 /// Lua: the two ways an acquire succeeds, shared by the acquire scripts. `grant` makes a new
 /// grant with the next fencing token; `reenter` adds a hold to the owner's grant and never
-/// shortens its lease, except when the grant is a handover to one of the owner's waiters that
-/// the waiter has not taken yet (`:handoff`, see LIVE_HEAD): then the asking owner takes that
-/// grant as its one hold, with this lease. Its waiter woke without the announcement (it was
-/// missed, or a `*` published before the handover was read after it) and asked; re-entering
-/// would leave a second hold that outlives the guard's release.
+/// shortens its lease. (A waiter that was handed the lock takes it by its waiter id, through
+/// ENQUEUE, before it lets its owner ask: an owner asking would re-enter.)
 ///
 /// The token is the larger of the counter plus one and the server's clock in microseconds.
 /// The counter alone would go back after a failover that lost the last grants, or after a

@@ -132,6 +132,21 @@ pub(super) fn read_announcement(message: &str) -> Announced<'_> {
     Announced::Named(message)
 }
 
+impl RedisWaiter {
+    /// Before the caller asks as the owner (which would re-enter a lock handed to this
+    /// waiter, leaving a second hold): refresh, which takes a lock handed to this waiter by
+    /// its id, and answer that grant; otherwise `Retry`. Unqueued, just `Retry`.
+    async fn claim_or_retry(&mut self) -> Woken {
+        if let Some(queued) = self.queued.as_mut()
+            && let Ok(Some(handed)) = queued.enqueue().await
+        {
+            self.queued = None;
+            return handed;
+        }
+        Woken::Retry
+    }
+}
+
 #[async_trait]
 impl ReleaseWaiter for RedisWaiter {
     async fn wait(&mut self, max: Duration) -> Woken {
@@ -159,7 +174,9 @@ impl ReleaseWaiter for RedisWaiter {
             let (own, receiver) = (&mut self.own, &mut self.receiver);
             let changed = async move {
                 match own.as_mut() {
+                    // The own channel first: a handover there beats a `*` read on the lock's.
                     Some((_, own)) => tokio::select! {
+                        biased;
                         changed = own.changed() => changed.map(|()| own.borrow_and_update().clone()),
                         changed = receiver.changed() => {
                             changed.map(|()| receiver.borrow_and_update().clone())
@@ -183,8 +200,10 @@ impl ReleaseWaiter for RedisWaiter {
                             self.queued = None;
                             return handed;
                         }
-                        Announced::Anyone => return Woken::Retry,
-                        Announced::Named(id) if id == queued.id => return Woken::Retry,
+                        Announced::Anyone => return self.claim_or_retry().await,
+                        Announced::Named(id) if id == queued.id => {
+                            return self.claim_or_retry().await;
+                        }
                         // Another waiter's turn.
                         Announced::Handed { .. } | Announced::Named(_) => {}
                     }
@@ -192,19 +211,9 @@ impl ReleaseWaiter for RedisWaiter {
                 // The hub dropped the channel; wait out the time instead.
                 Ok(Err(_)) => {
                     tokio::time::sleep_until(until).await;
-                    return Woken::Retry;
+                    return self.claim_or_retry().await;
                 }
-                Err(_) => {
-                    // At the refresh point: refresh now, which takes a lock handed to us
-                    // whose announcement we missed, before the caller asks again.
-                    if let Some(queued) = self.queued.as_mut()
-                        && let Ok(Some(handed)) = queued.enqueue().await
-                    {
-                        self.queued = None;
-                        return handed;
-                    }
-                    return Woken::Retry;
-                }
+                Err(_) => return self.claim_or_retry().await,
             }
         }
     }

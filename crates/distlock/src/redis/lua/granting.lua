@@ -15,12 +15,6 @@ local function owner_of(id)
   return string.match(id, '^(.*)#[^#]*$') or id
 end
 local function reenter(lock, owner, lease)
-  local handed = redis.call('hget', lock, ':handoff')
-  if handed and owner_of(handed) == owner then
-    redis.call('hdel', lock, ':handoff')
-    redis.call('pexpire', lock, lease)
-    return {1, tonumber(redis.call('hget', lock, ':token')), 1}
-  end
   local holds = redis.call('hincrby', lock, owner, 1)
   if redis.call('pttl', lock) < lease then
     redis.call('pexpire', lock, lease)
