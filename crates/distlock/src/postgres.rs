@@ -93,17 +93,6 @@ const SCHEMA: &[&str] = &[
     published::TABLE,
 ];
 
-/// The advisory locks' fencing tokens: one sequence for every name, so that a grant writes
-/// nothing that must be flushed (PostgreSQL logs a sequence 32 values ahead and flushes that
-/// record before the value is seen). `CACHE 1`: every session draws from the shared counter,
-/// so tokens follow the order of the grants. Made once; it starts above every per-name counter
-/// that clients before it kept in `distlock_fencing`.
-const TOKEN_SEQUENCE: &[&str] = &[
-    "CREATE SEQUENCE distlock_token_seq AS bigint MINVALUE 1 CACHE 1 NO CYCLE",
-    "SELECT setval('distlock_token_seq',
-        (SELECT coalesce(max(last_token), 0) + 1 FROM distlock_fencing), false)",
-];
-
 /// Bumps the fencing counter only when the statement's snapshot does not show another
 /// owner's live lease, so that a refused attempt writes nothing (no commit to flush). When
 /// the snapshot is stale, `ON CONFLICT ... WHERE` still decides on the latest row.
@@ -327,18 +316,7 @@ async fn make_tables(pool: &PgPool) -> Result<()> {
             .map_err(db_error("create the tables"))?;
     }
     // Under the schema's lock, so that one first connection makes the sequence.
-    let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass('distlock_token_seq') IS NOT NULL")
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db_error("create the tables"))?;
-    if !exists {
-        for statement in TOKEN_SEQUENCE {
-            sqlx::query(statement)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error("create the token sequence"))?;
-        }
-    }
+    advisory::make_token_sequence(&mut tx).await?;
     tx.commit().await.map_err(db_error("create the tables"))
 }
 

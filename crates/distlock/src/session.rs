@@ -42,10 +42,12 @@ use crate::name::{LockKind, LockName};
 mod background;
 mod conns;
 mod held_key;
+mod names;
 mod waiter;
 
 use self::background::watch_sessions;
 use self::held_key::HeldKey;
+pub(crate) use self::names::RecordedNames;
 use self::waiter::SessionWaiter;
 
 /// FNV-1a (64 bit) over `distlock\0` and the name's bytes: the domain-tagged hash both

@@ -20,7 +20,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySq
 use crate::backend::Published;
 use crate::error::Result;
 use crate::name::LockName;
-use crate::session::{Dialect, SessionBackend};
+use crate::session::{Dialect, RecordedNames, SessionBackend};
 
 use super::{SCHEME, db_error};
 
@@ -46,10 +46,6 @@ const LOCK_FROM_SEQUENCE: &str = "SELECT IF(GET_LOCK(?, ?) = 1, NEXTVAL(distlock
 
 /// Records a name, once, for listing (MariaDB; with MySQL's counters the grant records it).
 const REMEMBER_NAME: &str = "INSERT IGNORE INTO distlock_fencing (name, last_token) VALUES (?, 0)";
-
-/// How many recorded names a client remembers before it forgets them all (and records each
-/// again at its next grant).
-const NAMES_KEPT: usize = 65_536;
 
 /// Where fencing tokens come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +125,7 @@ pub struct MySqlNamed {
     pool: MySqlPool,
     tokens: Tokens,
     /// Names this client has recorded in `distlock_fencing` (with the sequence).
-    named: std::sync::Mutex<HashSet<String>>,
+    named: RecordedNames,
 }
 
 impl MySqlNamedBackend {
@@ -140,7 +136,7 @@ impl MySqlNamedBackend {
             options,
             pool,
             tokens,
-            named: std::sync::Mutex::default(),
+            named: RecordedNames::default(),
         })
     }
 }
@@ -149,12 +145,7 @@ impl MySqlNamed {
     /// Records `name` in `distlock_fencing` unless this client did already: before its first
     /// grant, on the operator's pool, so that a failure takes no lock.
     async fn remember(&self, name: &LockName) -> Result<()> {
-        let known = self
-            .named
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .contains(name.as_str());
-        if known {
+        if self.named.contains(name) {
             return Ok(());
         }
         sqlx::query(REMEMBER_NAME)
@@ -162,14 +153,7 @@ impl MySqlNamed {
             .execute(&self.pool)
             .await
             .map_err(db_error("record the lock's name"))?;
-        let mut named = self
-            .named
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if named.len() >= NAMES_KEPT {
-            named.clear();
-        }
-        named.insert(name.as_str().to_owned());
+        self.named.insert(name);
         Ok(())
     }
 

@@ -23,7 +23,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool};
 use crate::backend::Published;
 use crate::error::Result;
 use crate::name::{LockKind, LockName};
-use crate::session::{Dialect, SessionBackend};
+use crate::session::{Dialect, RecordedNames, SessionBackend};
 
 use super::{SCHEME, db_error, token_u64};
 
@@ -51,10 +51,6 @@ SELECT nextval('distlock_token_seq') FROM l";
 const REMEMBER_NAME: &str = "
 INSERT INTO distlock_fencing (name, last_token) VALUES ($1, 0) ON CONFLICT (name) DO NOTHING";
 
-/// How many recorded names a client remembers before it forgets them all (and records each
-/// again at its next grant).
-const NAMES_KEPT: usize = 65_536;
-
 /// The advisory keys (bigint form) this session holds, and whether in shared mode.
 const MY_KEYS: &str = "
 SELECT (classid::bigint << 32) | objid::bigint, mode = 'ShareLock' FROM pg_locks
@@ -77,6 +73,34 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND granted
 /// The names ever granted through distlock that start with `$1`, in byte order.
 const NAMES_UNDER: &str = r#"
 SELECT name FROM distlock_fencing WHERE starts_with(name, $1) ORDER BY name COLLATE "C""#;
+
+/// The advisory locks' fencing tokens: one sequence for every name, so that a grant writes
+/// nothing that must be flushed (PostgreSQL logs a sequence 32 values ahead and flushes that
+/// record before the value is seen). `CACHE 1`: every session draws from the shared counter,
+/// so tokens follow the order of the grants. Made once; it starts above every per-name counter
+/// that clients before it kept in `distlock_fencing`.
+const TOKEN_SEQUENCE: &[&str] = &[
+    "CREATE SEQUENCE distlock_token_seq AS bigint MINVALUE 1 CACHE 1 NO CYCLE",
+    "SELECT setval('distlock_token_seq',
+        (SELECT coalesce(max(last_token), 0) + 1 FROM distlock_fencing), false)",
+];
+
+/// Makes the token sequence if it is missing, in the schema transaction `tx`.
+pub(super) async fn make_token_sequence(tx: &mut sqlx::PgConnection) -> Result<()> {
+    let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass('distlock_token_seq') IS NOT NULL")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error("create the tables"))?;
+    if !exists {
+        for statement in TOKEN_SEQUENCE {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error("create the token sequence"))?;
+        }
+    }
+    Ok(())
+}
 
 /// The advisory key of a lock name: FNV-1a (64 bit) over `distlock\0` and the name's bytes,
 /// as a signed bigint. Stable across releases: every client of one lock must agree on it. Two
@@ -101,20 +125,14 @@ pub struct PgAdvisory {
     options: PgConnectOptions,
     pool: PgPool,
     /// Names this client has recorded in `distlock_fencing`.
-    named: std::sync::Mutex<HashSet<String>>,
+    named: RecordedNames,
 }
 
 impl PgAdvisory {
     /// Records `name` in `distlock_fencing` unless this client did already: before its first
     /// grant, on the operator's pool, so that a failure takes no lock.
     async fn remember(&self, name: &LockName) -> Result<()> {
-        let known = |named: &std::sync::Mutex<HashSet<String>>| {
-            named
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .contains(name.as_str())
-        };
-        if known(&self.named) {
+        if self.named.contains(name) {
             return Ok(());
         }
         sqlx::query(REMEMBER_NAME)
@@ -122,14 +140,7 @@ impl PgAdvisory {
             .execute(&self.pool)
             .await
             .map_err(db_error("record the lock's name"))?;
-        let mut named = self
-            .named
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if named.len() >= NAMES_KEPT {
-            named.clear();
-        }
-        named.insert(name.as_str().to_owned());
+        self.named.insert(name);
         Ok(())
     }
 }
@@ -141,7 +152,7 @@ impl PgAdvisoryBackend {
         SessionBackend::new(PgAdvisory {
             options,
             pool,
-            named: std::sync::Mutex::default(),
+            named: RecordedNames::default(),
         })
     }
 }
