@@ -3,6 +3,15 @@
 
 use crate::client::Locks;
 
+/// The bare baselines of `distlock bench --compare` (with at least one server backend).
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper",
+    feature = "etcd",
+    feature = "sqlite"
+))]
 pub use crate::bare::Bare;
 
 /// How many renewal requests `locks` has sent (each renews up to 1000 locks).

@@ -107,6 +107,14 @@
 
 mod acquire;
 pub mod backend;
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper",
+    feature = "etcd",
+    feature = "sqlite"
+))]
 mod bare;
 mod client;
 #[cfg(feature = "conformance")]
