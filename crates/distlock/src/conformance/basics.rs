@@ -366,7 +366,7 @@ pub async fn bad_durations_are_rejected(target: &Target) {
 }
 
 /// Acquire futures dropped while waiting, or in the middle of a request (after 1, 2 or 3
-/// polls), leave no lock held: a grant that lands after the drop is released.
+/// polls; at least 10 of them, in up to 600 attempts), leave no lock held: a grant that lands after the drop is released.
 pub async fn cancelled_acquire_leaves_nothing(target: &Target) {
     let name = unique("cancel");
     let locks = client(target).await;
@@ -375,8 +375,14 @@ pub async fn cancelled_acquire_leaves_nothing(target: &Target) {
     let cancelled = tokio::time::timeout(Duration::from_millis(100), waiter.acquire()).await;
     assert!(cancelled.is_err(), "the waiter got a held lock");
     holder.release().await.unwrap();
-    let mut cut_mid_request = 0;
-    for polls in [1, 2, 3].into_iter().cycle().take(30) {
+    // Until enough acquires were cut in flight: how many complete within a few polls depends
+    // on how fast the server answers, so the count of attempts adapts (bounded) instead.
+    let (mut cut_mid_request, mut attempts) = (0, 0);
+    for polls in [1, 2, 3].into_iter().cycle().take(600) {
+        if attempts >= 30 && (cut_mid_request >= 10 || locks.backend_scheme() == "memory") {
+            break;
+        }
+        attempts += 1;
         let mutex = locks.mutex(name.as_str()).unwrap();
         let mut acquire = Box::pin(mutex.acquire());
         let mut granted = None;
@@ -396,12 +402,12 @@ pub async fn cancelled_acquire_leaves_nothing(target: &Target) {
         }
     }
     // The in-process backend answers within the first poll: nothing is ever mid-request
-    // there. Everywhere else most of the 30 acquires must have been cut while in flight, or
-    // the case tested little.
+    // there. Everywhere else at least 10 acquires must have been cut while in flight, or the
+    // case tested little.
     if locks.backend_scheme() != "memory" {
         assert!(
-            cut_mid_request >= 5,
-            "only {cut_mid_request} of 30 acquires were dropped mid-request: the case tested little"
+            cut_mid_request >= 10,
+            "only {cut_mid_request} of {attempts} acquires were dropped mid-request: the case tested little"
         );
     }
     let other = client(target).await;
