@@ -267,8 +267,10 @@ impl Backend for RedisBackend {
                 next_refresh: 0,
                 refreshed: tokio::time::Instant::now(),
             };
+            // Queued before the request: a waiter dropped while it is in flight, or after it
+            // failed (it may have queued us), leaves the queue.
+            let queued = waiter.queued.insert(queued);
             waiter.handed = queued.enqueue().await?;
-            waiter.queued = Some(queued);
         }
         Ok(Box::new(waiter))
     }

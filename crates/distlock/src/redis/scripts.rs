@@ -44,14 +44,19 @@ const RELEASE: &str = include_str!("lua/release.lua");
 const ACQUIRE_FAIR: &str = include_str!("lua/acquire_fair.lua");
 
 /// KEYS: queue, seen, ticket, terms, lock. ARGV: waiter id, lease ms (0: do not hand over),
-/// refresh number. If the lock was handed to this waiter and it has not taken it yet, takes
-/// it: {1, token, refresh number}. Otherwise queues the waiter at the back unless it is
-/// queued, marks it seen now, records its terms: {0}. Also the refresh.
+/// refresh number. If the lock was handed to this waiter, answers that grant: {1, token,
+/// refresh number}. Otherwise queues the waiter at the back unless it is queued, marks it seen
+/// now, records its terms: {0}. Also the refresh.
+///
+/// Taking a handover changes nothing on the server: `:handoff` stays this waiter's id until the
+/// lock is freed. Asked again (a retry after a lost reply), it answers the same grant; and a
+/// waiter that goes away without having read the answer (cancelled, or its reply lost) still
+/// gives the lock back through LEAVE, which only a waiter that did not take the lock sends.
 const ENQUEUE: &str = include_str!("lua/enqueue.lua");
 
 /// KEYS: lock, fence, channel, queue, seen, terms. ARGV: waiter id, stale ms. Leaves the
-/// queue. A lock handed to this waiter and not taken is given back (one hold); a free lock is
-/// passed on to the next waiter.
+/// queue. A lock handed to this waiter, which did not take it (the waiter sends LEAVE only
+/// then), is given back (one hold); a free lock is passed on to the next waiter.
 const LEAVE: &str = include_str!("lua/leave.lua");
 
 /// KEYS: lock. ARGV: owner, lease ms. Returns 1 when extended, -1 when free, -2 when held by

@@ -1,7 +1,6 @@
 
 local queue, seen, ticket, terms, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 if redis.call('hget', lock, ':handoff') == ARGV[1] then
-  redis.call('hdel', lock, ':handoff')
   return {1, tonumber(redis.call('hget', lock, ':token')), tonumber(redis.call('hget', lock, ':seq'))}
 end
 local t = redis.call('time')
