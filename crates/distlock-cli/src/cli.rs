@@ -297,6 +297,13 @@ pub struct BenchArgs {
     /// Milliseconds each figure is measured for in one round of --compare.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=10_000))]
     pub compare_round_ms: u64,
+    /// Run the contention phase's workers with this command instead of distlock's own, to
+    /// measure another library's lock in the same scenario (e.g. `python3
+    /// scripts/peers/redis_py_lock.py`). Split at whitespace (no quoting), it is given
+    /// `--backend URL --name NAME --hold-ms H --duration-ms D` and must speak the worker
+    /// protocol (see docs/performance.md). Every other phase still measures distlock.
+    #[arg(long, value_name = "COMMAND")]
+    pub worker_command: Option<String>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -1,5 +1,6 @@
 //! Worker processes for the demo and the benchmark: this same binary, started with a hidden
-//! subcommand. The protocol on the worker's stdio is three lines: the worker prints `ready`
+//! subcommand, or (`distlock bench --worker-command`) another program that drives another
+//! library's lock. The protocol on the worker's stdio is three lines: the worker prints `ready`
 //! once set up, waits for `go` on stdin (so that all workers start together), and prints one
 //! JSON report when done.
 
@@ -25,13 +26,23 @@ struct Worker {
 }
 
 impl Fleet {
-    /// Starts one worker per argument list and waits until every one is ready.
+    /// Starts one worker (this binary) per argument list and waits until every one is ready.
     pub async fn start(argument_lists: Vec<Vec<String>>) -> CliResult<Self> {
         let exe = std::env::current_exe()
             .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
+        Self::start_program(&exe.to_string_lossy(), &[], argument_lists).await
+    }
+
+    /// As [`Fleet::start`], running `program` with `leading` arguments before each list.
+    pub async fn start_program(
+        program: &str,
+        leading: &[String],
+        argument_lists: Vec<Vec<String>>,
+    ) -> CliResult<Self> {
         let mut workers = Vec::with_capacity(argument_lists.len());
         for args in argument_lists {
-            let mut child = Command::new(&exe)
+            let mut child = Command::new(program)
+                .args(leading)
                 .args(&args)
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
@@ -39,7 +50,9 @@ impl Fleet {
                 // Only the processes this fleet started are ended, by their own handles.
                 .kill_on_drop(true)
                 .spawn()
-                .map_err(|e| Failure::failed(format!("cannot start a worker process: {e}")))?;
+                .map_err(|e| {
+                    Failure::failed(format!("cannot start a worker process ({program}): {e}"))
+                })?;
             let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
                 return Err(Failure::failed("a worker process has no stdio pipes"));
             };
@@ -116,4 +129,22 @@ pub fn report<T: serde::Serialize>(report: &T) -> CliResult {
         .map_err(|e| Failure::failed(format!("cannot encode the report: {e}")))?;
     println!("{line}");
     Ok(())
+}
+
+/// Spends `hold` in a critical section, to within tens of microseconds: Tokio's timer rounds a
+/// sleep up to the next whole millisecond (a 1 ms sleep lasts about 2 ms, a 20 ms one about
+/// 21 ms), so the last 2 ms are a thread sleep, off the runtime's other tasks.
+pub async fn spend(hold: Duration) {
+    if hold.is_zero() {
+        return;
+    }
+    let end = tokio::time::Instant::now() + hold;
+    let coarse = Duration::from_millis(2);
+    if hold > coarse {
+        tokio::time::sleep_until(end - coarse).await;
+    }
+    let rest = end.saturating_duration_since(tokio::time::Instant::now());
+    if !rest.is_zero() {
+        tokio::task::block_in_place(|| std::thread::sleep(rest));
+    }
 }

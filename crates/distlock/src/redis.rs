@@ -252,7 +252,7 @@ impl Backend for RedisBackend {
                 }
             };
             waiter.own = Some((own, own_receiver));
-            let mut queued = Queued {
+            let queued = Queued {
                 backend: self.clone(),
                 keys,
                 id,

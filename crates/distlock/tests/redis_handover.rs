@@ -1,7 +1,6 @@
 //! Redis fair mode: a lock handed to a waiter is never left held when the waiter goes away in
 //! the middle of taking it (promise 4).
 
-use std::future::Future;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 

@@ -145,6 +145,7 @@ pub fn analyse(
     let handoff_gap_to_other = Stats::of(handoff_gaps(&all, true));
     let in_rtt = |gap_ms: f64| gap_ms / rtt.mean_ms.max(1e-9);
     Ok(Contention {
+        worker_command: args.worker_command.clone(),
         workers: args.workers,
         hold_ms_requested: args.hold_ms,
         acquisitions: all.len(),
@@ -173,7 +174,6 @@ async fn contend_in_processes(
     let argument_lists = (0..args.workers)
         .map(|_| {
             vec![
-                "bench-worker".to_owned(),
                 "--backend".to_owned(),
                 args.backend.clone(),
                 "--name".to_owned(),
@@ -185,7 +185,24 @@ async fn contend_in_processes(
             ]
         })
         .collect();
-    let mut fleet = Fleet::start(argument_lists).await?;
+    let mut fleet = match &args.worker_command {
+        Some(command) => {
+            let mut words = command.split_whitespace().map(str::to_owned);
+            let program = words
+                .next()
+                .ok_or_else(|| Failure::usage("--worker-command is empty"))?;
+            let leading: Vec<String> = words.collect();
+            Fleet::start_program(&program, &leading, argument_lists).await?
+        }
+        None => {
+            let own = argument_lists.into_iter().map(|list| {
+                std::iter::once("bench-worker".to_owned())
+                    .chain(list)
+                    .collect()
+            });
+            Fleet::start(own.collect()).await?
+        }
+    };
     fleet.go().await?;
     fleet.reports(duration + Duration::from_secs(120)).await
 }
@@ -234,11 +251,7 @@ async fn contend(
             Err(error) => return Err(error.into()),
         };
         let acquired = wall_ns();
-        if !hold.is_zero() {
-            // Tokio's timer rounds up to whole milliseconds (a 1 ms sleep lasts about 2 ms);
-            // the thread sleep is precise to tens of microseconds.
-            tokio::task::block_in_place(|| std::thread::sleep(hold));
-        }
+        workers::spend(hold).await;
         let release_start = wall_ns();
         guard.release().await?;
         intervals.push(Interval {

@@ -58,6 +58,18 @@ fn wall_ns() -> u64 {
 pub async fn run(args: BenchArgs) -> CliResult {
     let _exporter = crate::exporter::serve(&args.metrics).await?;
     let locks = distlock::connect(&args.backend).await?;
+    if let Some(command) = &args.worker_command {
+        if command.trim().is_empty() {
+            return Err(Failure::usage(
+                "--worker-command is empty: give the program to run",
+            ));
+        }
+        if locks.backend_scheme() == "memory" {
+            return Err(Failure::usage(
+                "--worker-command needs a server backend: memory:// lives in one process",
+            ));
+        }
+    }
     let mut progress = Progress::new(!args.json);
     let run_id = format!("{}-{}", std::process::id(), wall_ns());
 

@@ -54,6 +54,8 @@ pub struct Uncontended {
 
 #[derive(Debug, Serialize)]
 pub struct Contention {
+    /// The workers' command when not distlock's own (`--worker-command`).
+    pub worker_command: Option<String>,
     pub workers: u32,
     pub hold_ms_requested: u64,
     pub acquisitions: usize,
@@ -168,6 +170,9 @@ fn print_main(r: &Report) {
         "contention                   {} workers, hold {} ms (measured mean {:.3} ms), {} acquisitions",
         c.workers, c.hold_ms_requested, c.hold.mean_ms, c.acquisitions
     );
+    if let Some(command) = &c.worker_command {
+        println!("  workers' command           {command} (not distlock)");
+    }
     println!(
         "  throughput                 {:.1}/s = {:.0}% of the limit 1/(hold+RTT) = {:.1}/s",
         c.throughput_per_s,

@@ -113,7 +113,7 @@ impl DemoStock {
     /// what was read minus one. What a lock has to protect.
     pub async fn buy_unprotected(&self, hold: Duration) -> CliResult<Bought> {
         let quantity = self.read().await?;
-        tokio::time::sleep(hold).await;
+        crate::workers::spend(hold).await;
         if quantity < 1 {
             return Ok(Bought::Refused);
         }
@@ -127,9 +127,9 @@ impl DemoStock {
 pub async fn buy(stock: &Stock, protection: Protection, hold: Duration) -> CliResult<Bought> {
     if protection == Protection::Atomic {
         let taken = stock.take(1).await?;
-        tokio::time::sleep(hold).await;
+        crate::workers::spend(hold).await;
         return Ok(taken.into());
     }
-    let work: Work<'_> = Box::pin(async move { tokio::time::sleep(hold).await });
+    let work: Work<'_> = Box::pin(crate::workers::spend(hold));
     Ok(stock.take_with(1, work).await?.into())
 }

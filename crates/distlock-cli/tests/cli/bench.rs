@@ -146,3 +146,88 @@ fn bench_compare_names_the_backends_it_serves() {
         "{stderr}"
     );
 }
+
+/// The arguments of a short contention run on `url` with `--worker-command command`.
+fn bench_with_workers<'a>(url: &'a str, command: &'a str) -> Vec<&'a str> {
+    vec![
+        "bench",
+        "--backend",
+        url,
+        "--json",
+        "--workers",
+        "2",
+        "--duration-s",
+        "1",
+        "--pairs",
+        "5",
+        "--rtt-samples",
+        "5",
+        "--worker-command",
+        command,
+    ]
+}
+
+/// `--worker-command` runs the contention phase with another program that speaks the worker
+/// protocol (here distlock's own worker, started as a foreign command), and the report names
+/// it.
+#[test]
+fn bench_runs_the_contention_with_a_foreign_worker_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let command = format!("{} bench-worker", crate::BIN);
+    let output = distlock(&bench_with_workers(&url, &command));
+    assert!(output.status.success(), "{output:?}");
+    let envelope = json_report(&output, "bench");
+    let contention = &envelope["results"][0]["contention"];
+    assert_eq!(
+        contention["worker_command"],
+        command.as_str(),
+        "{contention}"
+    );
+    assert_eq!(contention["overlaps"], 0, "{contention}");
+    assert_eq!(
+        contention["acquisitions_per_worker"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(contention["acquisitions"].as_u64().unwrap() >= 2);
+}
+
+/// A foreign worker whose lock does not exclude (two processes report the same 1 s hold) is
+/// caught: the run fails naming the overlap. A command that is not a worker, an empty one, and
+/// one for the in-process backend are refused.
+#[test]
+fn bench_catches_a_foreign_lock_that_does_not_exclude() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let worker = dir.path().join("no-lock-worker");
+    std::fs::write(
+        &worker,
+        "#!/bin/sh\necho ready\nread line\n[ \"$line\" = go ] || exit 2\nnow=$(date +%s%N)\n\
+         echo \"{\\\"intervals\\\":[{\\\"wait_start\\\":$now,\\\"acquired\\\":$now,\\\"release_start\\\":$((now + 1000000000))}]}\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&worker, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let output = distlock(&bench_with_workers(&url, worker.to_str().unwrap()));
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("mutual exclusion violated"), "{stderr}");
+
+    let output = distlock(&bench_with_workers(&url, "true"));
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("worker 0"), "{stderr}");
+
+    let output = distlock(&bench_with_workers(&url, "  "));
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let output = distlock(&bench_with_workers("memory://", "true"));
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--worker-command needs a server"),
+        "{stderr}"
+    );
+}

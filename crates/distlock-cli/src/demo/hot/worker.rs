@@ -168,13 +168,11 @@ impl Either {
     async fn take_one(&self, hold: Duration) -> distlock::Result<bool> {
         match self {
             Either::One(stock) => Ok(stock
-                .take_with(1, Box::pin(async move { tokio::time::sleep(hold).await }))
+                .take_with(1, Box::pin(crate::workers::spend(hold)))
                 .await?
                 .is_taken()),
             Either::Many(stock) => Ok(stock
-                .take_with(1, || {
-                    Box::pin(async move { tokio::time::sleep(hold).await })
-                })
+                .take_with(1, || Box::pin(crate::workers::spend(hold)))
                 .await?
                 .is_taken()),
         }
