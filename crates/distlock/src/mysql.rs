@@ -51,6 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sqlx::Connection as _;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use tokio::sync::watch;
 
@@ -277,12 +278,12 @@ pub async fn from_pool(pool: &MySqlPool, mode: Mode) -> Result<Arc<dyn Backend>>
 async fn connect_with(options: MySqlConnectOptions, mode: Mode) -> Result<Arc<dyn Backend>> {
     match mode {
         Mode::Table => Ok(Arc::new(MySqlTableBackend {
-            pool: open_pool(options, POOL_SIZE).await?,
+            pool: open_pool(options, POOL_SIZE, false).await?.0,
             hub: Arc::default(),
         })),
         Mode::Named => {
-            let pool = open_pool(options.clone(), 2).await?;
-            let tokens = named::token_source(&pool).await?;
+            let (pool, tokens) =
+                open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
             Ok(Arc::new(MySqlNamedBackend::with_pool(
                 options, pool, tokens,
             )))
@@ -290,21 +291,48 @@ async fn connect_with(options: MySqlConnectOptions, mode: Mode) -> Result<Arc<dy
     }
 }
 
-/// A pool for the backend's own statements, with the tables made.
-async fn open_pool(options: MySqlConnectOptions, size: u32) -> Result<MySqlPool> {
-    let pool = MySqlPoolOptions::new()
+/// A pool for the backend's own statements, with the tables made, and where the tokens of
+/// named locks come from. `for_session_locks`: the operator's pool of named locks, which opens
+/// connections only when asked and closes them when idle; the tables are made on a connection
+/// closed right after, so that a client starting up holds no connection beside its lock
+/// connection for long.
+async fn open_pool(
+    options: MySqlConnectOptions,
+    size: u32,
+    for_session_locks: bool,
+) -> Result<(MySqlPool, named::Tokens)> {
+    let pool_options = MySqlPoolOptions::new()
         .max_connections(size)
-        .acquire_timeout(Duration::from_secs(10))
+        .idle_timeout(for_session_locks.then_some(crate::session::OPERATOR_POOL_IDLE))
+        .acquire_timeout(Duration::from_secs(10));
+    if for_session_locks {
+        let mut setup = sqlx::MySqlConnection::connect_with(&options)
+            .await
+            .map_err(db_error("connect"))?;
+        make_tables(&mut setup).await?;
+        let tokens = named::token_source(&mut setup).await?;
+        // Closing only says goodbye to the server; a failure leaves nothing to undo.
+        let _ = sqlx::Connection::close(setup).await;
+        return Ok((pool_options.connect_lazy_with(options), tokens));
+    }
+    let pool = pool_options
         .connect_with(options)
         .await
         .map_err(db_error("connect"))?;
+    let mut conn = pool.acquire().await.map_err(db_error("connect"))?;
+    make_tables(&mut conn).await?;
+    drop(conn);
+    Ok((pool, named::Tokens::Counters))
+}
+
+async fn make_tables(conn: &mut sqlx::MySqlConnection) -> Result<()> {
     for statement in SCHEMA {
         sqlx::query(statement)
-            .execute(&pool)
+            .execute(&mut *conn)
             .await
             .map_err(db_error("create the tables"))?;
     }
-    Ok(pool)
+    Ok(())
 }
 
 /// Locks in a MySQL/MariaDB table. Made by [`connect`](crate::connect) with a

@@ -60,6 +60,7 @@ mod published;
 
 pub use self::advisory::{PgAdvisory, PgAdvisoryBackend, advisory_key};
 
+use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::{oneshot, watch};
 
@@ -254,7 +255,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     match mode {
         Mode::Table => Ok(Arc::new(PostgresBackend::connect_with(options).await?)),
         Mode::Advisory => {
-            let pool = open_pool(options.clone(), 2).await?;
+            let pool = open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
             Ok(Arc::new(PgAdvisoryBackend::with_pool(options, pool)))
         }
     }
@@ -282,33 +283,57 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
 pub async fn from_pool(pool: PgPool, mode: Mode) -> Result<Arc<dyn Backend>> {
     match mode {
         Mode::Table => {
-            make_tables(&pool).await?;
+            let mut conn = pool.acquire().await.map_err(db_error("connect"))?;
+            make_tables(&mut conn).await?;
+            drop(conn);
             Ok(Arc::new(PostgresBackend::with_pool(pool).await?))
         }
         Mode::Advisory => {
             // The lock connections write the fencing counter: the tables are made, and the
             // operator's statements run, on connections opened as they are.
             let options = (*pool.connect_options()).clone();
-            let own = open_pool(options.clone(), 2).await?;
+            let own = open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
             Ok(Arc::new(PgAdvisoryBackend::with_pool(options, own)))
         }
     }
 }
 
-/// A pool for the backend's own statements, with the tables made.
-async fn open_pool(options: PgConnectOptions, size: u32) -> Result<PgPool> {
-    let pool = PgPoolOptions::new()
+/// A pool for the backend's own statements, with the tables made. `for_session_locks`: the
+/// operator's pool of advisory locks, which opens connections only when asked and closes them
+/// when idle; the tables are made on a connection closed right after, so that a client
+/// starting up holds no connection beside its lock connection for long.
+async fn open_pool(
+    options: PgConnectOptions,
+    size: u32,
+    for_session_locks: bool,
+) -> Result<PgPool> {
+    let pool_options = PgPoolOptions::new()
         .max_connections(size)
-        .acquire_timeout(Duration::from_secs(10))
+        .idle_timeout(for_session_locks.then_some(crate::session::OPERATOR_POOL_IDLE))
+        .acquire_timeout(Duration::from_secs(10));
+    if for_session_locks {
+        let mut setup = sqlx::PgConnection::connect_with(&options)
+            .await
+            .map_err(db_error("connect"))?;
+        make_tables(&mut setup).await?;
+        // Closing only says goodbye to the server; a failure leaves nothing to undo.
+        let _ = sqlx::Connection::close(setup).await;
+        return Ok(pool_options.connect_lazy_with(options));
+    }
+    let pool = pool_options
         .connect_with(options)
         .await
         .map_err(db_error("connect"))?;
-    make_tables(&pool).await?;
+    let mut conn = pool.acquire().await.map_err(db_error("connect"))?;
+    make_tables(&mut conn).await?;
+    drop(conn);
     Ok(pool)
 }
 
-async fn make_tables(pool: &PgPool) -> Result<()> {
-    let mut tx = pool.begin().await.map_err(db_error("create the tables"))?;
+async fn make_tables(conn: &mut sqlx::PgConnection) -> Result<()> {
+    let mut tx = sqlx::Connection::begin(conn)
+        .await
+        .map_err(db_error("create the tables"))?;
     for statement in SCHEMA {
         sqlx::query(statement)
             .execute(&mut *tx)
@@ -338,7 +363,7 @@ impl PostgresBackend {
     }
 
     async fn connect_with(options: PgConnectOptions) -> Result<Self> {
-        Self::with_pool(open_pool(options, POOL_SIZE).await?).await
+        Self::with_pool(open_pool(options, POOL_SIZE, false).await?).await
     }
 
     /// Over `pool`, whose tables are made: starts listening for releases.

@@ -2,12 +2,17 @@
 //! locks. The two servers differ in their SQL; the client side is this one module, generic
 //! over a [`Dialect`].
 //!
-//! * An acquisition that does not wait asks on the client's primary lock connection, which
-//!   holds every lock taken that way.
-//! * A waiting acquisition takes a connection of its own (a new one, or an idle one kept from
-//!   earlier) and blocks in the server's own wait, bounded by the time it may wait. The
+//! * An acquisition that does not wait asks on an idle lock connection when the client keeps
+//!   one, else on the client's primary lock connection, which holds the locks taken that way
+//!   (a client with no connection and no lock opens one of its own for its first try).
+//! * A waiting acquisition takes a connection of its own (an idle one kept from earlier, or a
+//!   new one) and blocks in the server's own wait, bounded by the time it may wait. The
 //!   server grants it the moment the holder unlocks, and that connection then holds the
-//!   lock until it is released.
+//!   lock until it is released; then it is kept idle for the next try or wait.
+//! * A primary connection that holds nothing and that nothing uses is made idle by the
+//!   watcher, and the operator's pool closes connections idle for
+//!   [`OPERATOR_POOL_IDLE`]: a process whose acquisitions take turns keeps one server
+//!   connection.
 //! * Several owners of one client never share a lock through one session (session locks are
 //!   re-entrant per session on both servers): the client reserves the name before it asks.
 //! * The fencing token is drawn by the same statement that takes the lock, after it: from a
@@ -73,6 +78,14 @@ const PERMIT_PATIENCE: Duration = Duration::from_millis(100);
 
 /// Idle lock connections kept for the next waiter.
 const IDLE_KEPT: usize = 16;
+
+/// Connections of the pool for the operator's statements (listing, holders, cancel,
+/// terminate, published records); the locks never use it.
+pub(crate) const OPERATOR_POOL_SIZE: u32 = 2;
+/// How long a connection of the operator's pool is kept idle: a client that only locks holds
+/// no pool connection for long, so that a fleet of processes needs about one server
+/// connection per process (its lock connection).
+pub(crate) const OPERATOR_POOL_IDLE: Duration = Duration::from_secs(1);
 /// Waiting statements one client runs at once, each on a connection of its own, so that a
 /// burst of waiters does not open more connections than the server allows. Further waiters
 /// queue in the client for a free one, in arrival order, for [`PERMIT_PATIENCE`] at a time,
@@ -379,8 +392,9 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         let key = D::key(name);
         // A reader's or writer's lock takes a session of its own: a session never conflicts
         // with itself, so a reader and a writer (or a mutex) of one name on one session would
-        // both be granted.
-        let own_session = !name.kind().is_exclusive();
+        // both be granted. An exclusive lock does too when that opens nothing beside a
+        // connection the client already has ([`Shared::tries_on_own_session`]).
+        let own_session = !name.kind().is_exclusive() || shared.tries_on_own_session().await;
         let outcome = shared.try_on_connection(name, &key, own_session).await;
         let mut state = shared.state();
         state.pending.remove(&slot);

@@ -234,3 +234,77 @@ pub async fn promise2_wire_partition_fires_lost_before_a_rival(target: &Target) 
     let _ = renewed.release().await;
     let _ = fixed.release().await;
 }
+
+/// For the session locks (PostgreSQL advisory, MySQL/MariaDB named; not part of
+/// [`wire_fault_suite!`](crate::wire_fault_suite)): a client whose acquisitions take turns (a
+/// try that fails while another client holds, a wait the server grants, a release; four
+/// times) keeps one server connection once it idles: its operator's pool closes idle
+/// connections, and its primary connection, unused, becomes the idle lock connection that the
+/// next try and wait take. Counted at a proxy in front of the server.
+pub async fn session_client_keeps_one_connection(target: &Target) {
+    let proxied = Proxied::new(target, "session_client_keeps_one_connection").await;
+    let locks = connect(&proxied.url, ConnectOptions::new()).await;
+    let other = client(target).await;
+    let name = unique("one_connection");
+    let mutex = locks.mutex(name.as_str()).unwrap();
+    let round = || async {
+        let held = other.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+        let waiting = tokio::spawn({
+            let mutex = mutex.clone();
+            async move {
+                mutex
+                    .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
+                    .await
+            }
+        });
+        // Long enough for the try to fail and the wait to reach the server.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        held.release().await.unwrap();
+        let guard = tokio::time::timeout(PROMPTLY, waiting)
+            .await
+            .expect("the waiter was not granted the lock")
+            .unwrap()
+            .expect("acquire");
+        guard.release().await.unwrap();
+    };
+    for _ in 0..4 {
+        round().await;
+    }
+    let kept = |limit: u64| {
+        let proxied = &proxied;
+        async move {
+            let start = Instant::now();
+            loop {
+                let open: u64 = proxied.proxies.iter().map(FaultProxy::connections).sum();
+                if open <= limit {
+                    return open;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "{open} server connections still open after the client idled for 10 s"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(kept(1).await, 1, "the client kept no lock connection");
+    // And the next rounds run on that connection: none is opened for them.
+    let accepted: u64 = proxied
+        .proxies
+        .iter()
+        .map(FaultProxy::connections_accepted)
+        .sum();
+    for _ in 0..2 {
+        round().await;
+    }
+    let opened = proxied
+        .proxies
+        .iter()
+        .map(FaultProxy::connections_accepted)
+        .sum::<u64>()
+        - accepted;
+    assert_eq!(
+        opened, 0,
+        "{opened} connections were opened for two more rounds"
+    );
+}

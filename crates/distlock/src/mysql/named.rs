@@ -61,9 +61,9 @@ pub(super) enum Tokens {
 
 /// MariaDB gets the sequence, made once above every per-name counter kept before it (by
 /// clients that predate it); MySQL the counters.
-pub(super) async fn token_source(pool: &MySqlPool) -> Result<Tokens> {
+pub(super) async fn token_source(conn: &mut MySqlConnection) -> Result<Tokens> {
     let (version,): (String,) = sqlx::query_as("SELECT VERSION()")
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .map_err(db_error("read the server's version"))?;
     if !version.contains("MariaDB") {
@@ -73,24 +73,24 @@ pub(super) async fn token_source(pool: &MySqlPool) -> Result<Tokens> {
         "SELECT COUNT(*) FROM information_schema.tables
          WHERE table_schema = DATABASE() AND table_name = 'distlock_token_seq'",
     )
-    .fetch_one(pool)
+    .fetch_one(&mut *conn)
     .await
     .map_err(db_error("look for the token sequence"))?;
     if exists == 0 {
         let (start,): (i64,) = sqlx::query_as(
             "SELECT CAST(COALESCE(MAX(last_token), 0) + 1 AS SIGNED) FROM distlock_fencing",
         )
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .map_err(db_error("create the token sequence"))?;
         // A number read from the server, not user input.
-        sqlx::raw_sql(&format!(
+        let create = format!(
             "CREATE SEQUENCE IF NOT EXISTS distlock_token_seq START WITH {start} \
              MINVALUE 1 CACHE 1000 NOCYCLE"
-        ))
-        .execute(pool)
-        .await
-        .map_err(db_error("create the token sequence"))?;
+        );
+        sqlx::Executor::execute(&mut *conn, sqlx::raw_sql(&create))
+            .await
+            .map_err(db_error("create the token sequence"))?;
     }
     Ok(Tokens::Sequence)
 }
@@ -143,14 +143,16 @@ impl MySqlNamedBackend {
 
 impl MySqlNamed {
     /// Records `name` in `distlock_fencing` unless this client did already: before its first
-    /// grant, on the operator's pool, so that a failure takes no lock.
-    async fn remember(&self, name: &LockName) -> Result<()> {
+    /// grant, on the lock connection about to ask (a statement of its own, committed at once,
+    /// so that a failure takes no lock), not on the operator's pool, which would keep a
+    /// connection of its own open for it.
+    async fn remember(&self, conn: &mut MySqlConnection, name: &LockName) -> Result<()> {
         if self.named.contains(name) {
             return Ok(());
         }
         sqlx::query(REMEMBER_NAME)
             .bind(name.as_str().as_bytes())
-            .execute(&self.pool)
+            .execute(conn)
             .await
             .map_err(db_error("record the lock's name"))?;
         self.named.insert(name);
@@ -166,7 +168,7 @@ impl MySqlNamed {
         operation: &'static str,
     ) -> Result<Option<u64>> {
         if self.tokens == Tokens::Sequence {
-            self.remember(name).await?;
+            self.remember(&mut *conn, name).await?;
             let (token,): (Option<i64>,) = sqlx::query_as(LOCK_FROM_SEQUENCE)
                 .bind(key)
                 .bind(seconds)

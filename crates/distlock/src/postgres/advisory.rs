@@ -130,14 +130,16 @@ pub struct PgAdvisory {
 
 impl PgAdvisory {
     /// Records `name` in `distlock_fencing` unless this client did already: before its first
-    /// grant, on the operator's pool, so that a failure takes no lock.
-    async fn remember(&self, name: &LockName) -> Result<()> {
+    /// grant, on the lock connection about to ask (a statement of its own, committed at once,
+    /// so that a failure takes no lock), not on the operator's pool, which would keep a
+    /// connection of its own open for it.
+    async fn remember(&self, conn: &mut PgConnection, name: &LockName) -> Result<()> {
         if self.named.contains(name) {
             return Ok(());
         }
         sqlx::query(REMEMBER_NAME)
             .bind(name.as_str())
-            .execute(&self.pool)
+            .execute(conn)
             .await
             .map_err(db_error("record the lock's name"))?;
         self.named.insert(name);
@@ -191,7 +193,7 @@ impl Dialect for PgAdvisory {
         key: &AdvisoryLock,
         name: &LockName,
     ) -> Result<Option<u64>> {
-        self.remember(name).await?;
+        self.remember(conn, name).await?;
         let sql = if key.shared {
             TRY_LOCK_SHARED
         } else {
@@ -217,7 +219,7 @@ impl Dialect for PgAdvisory {
         } else {
             BLOCKING_LOCK
         };
-        self.remember(name).await?;
+        self.remember(conn, name).await?;
         let timeout_ms = max.as_millis().clamp(1, i32::MAX as u128).to_string();
         sqlx::query("SELECT set_config('lock_timeout', $1, false)")
             .bind(&timeout_ms)

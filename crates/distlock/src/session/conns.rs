@@ -164,6 +164,39 @@ impl<D: Dialect> Shared<D> {
         }
     }
 
+    /// Whether an exclusive lock's try runs on a connection of its own rather than the
+    /// primary: when an idle connection is kept (the try takes it, and a failed try leaves it
+    /// for the waiter that follows), or when the client has neither a primary nor a lock (the
+    /// connection the try opens is then the client's only one). A client whose tries and waits
+    /// take turns so keeps one lock connection, not a primary beside a waiter's; a client
+    /// holding many locks still takes them on the primary.
+    pub(super) async fn tries_on_own_session(&self) -> bool {
+        let idle_kept = !self
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .is_empty();
+        if idle_kept {
+            return true;
+        }
+        let no_primary = self.primary.lock().await.is_none();
+        no_primary && self.state().held.is_empty()
+    }
+
+    /// Makes the primary connection an idle one when nothing holds or uses it (only the
+    /// primary slot refers to it: no grant, unlock or request has it), so that the next try
+    /// or wait takes it instead of a connection beside it.
+    pub(super) async fn retire_unused_primary(&self) {
+        let mut primary = self.primary.lock().await;
+        if primary
+            .as_ref()
+            .is_some_and(|conn| Arc::strong_count(conn) == 1)
+            && let Some(conn) = primary.take()
+        {
+            self.to_idle(conn);
+        }
+    }
+
     /// One try of `key` for `name`: on the primary connection, or (`own_session`) on an idle
     /// or new connection of its own. The connection and the token when granted.
     pub(super) async fn try_on_connection(
