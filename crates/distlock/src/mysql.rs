@@ -7,7 +7,8 @@
 //! it is held, separate from any pool the application uses for its business work. The client
 //! side is the one PostgreSQL advisory locks use:
 //!
-//! * `try_acquire` runs `GET_LOCK(name, 0)` on the client's primary lock connection.
+//! * `try_acquire` runs `GET_LOCK(name, 0)` on an idle lock connection the client keeps, or
+//!   else on its primary lock connection (see `crate::session`).
 //! * A waiting acquisition takes a connection of its own and blocks in `GET_LOCK` for what is
 //!   left of its wait. The server hands the lock over when the holder releases it, and that
 //!   connection then holds it.
@@ -51,12 +52,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::Connection as _;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 use tokio::sync::watch;
 
 mod named;
 mod published;
+mod setup;
+
+use self::setup::open_pool;
 
 pub use self::named::{MAX_SERVER_NAME, MySqlNamed, MySqlNamedBackend, server_lock_name};
 
@@ -74,21 +77,6 @@ const POOL_SIZE: u32 = 8;
 const POLL_FIRST: Duration = Duration::from_millis(2);
 /// ...doubling up to this one.
 const POLL_MAX: Duration = Duration::from_millis(50);
-
-const SCHEMA: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS distlock_locks (
-        name          VARBINARY(1024) NOT NULL PRIMARY KEY,
-        owner         VARBINARY(1024) NOT NULL,
-        holds         INT             NOT NULL,
-        fencing_token BIGINT          NOT NULL,
-        expires_us    BIGINT          NOT NULL
-    ) ENGINE = InnoDB",
-    "CREATE TABLE IF NOT EXISTS distlock_fencing (
-        name       VARBINARY(1024) NOT NULL PRIMARY KEY,
-        last_token BIGINT          NOT NULL
-    ) ENGINE = InnoDB",
-    published::TABLE,
-];
 
 /// The server's clock in microseconds since the epoch (the session's time zone is UTC).
 macro_rules! now_us {
@@ -289,50 +277,6 @@ async fn connect_with(options: MySqlConnectOptions, mode: Mode) -> Result<Arc<dy
             )))
         }
     }
-}
-
-/// A pool for the backend's own statements, with the tables made, and where the tokens of
-/// named locks come from. `for_session_locks`: the operator's pool of named locks, which opens
-/// connections only when asked and closes them when idle; the tables are made on a connection
-/// closed right after, so that a client starting up holds no connection beside its lock
-/// connection for long.
-async fn open_pool(
-    options: MySqlConnectOptions,
-    size: u32,
-    for_session_locks: bool,
-) -> Result<(MySqlPool, named::Tokens)> {
-    let pool_options = MySqlPoolOptions::new()
-        .max_connections(size)
-        .idle_timeout(for_session_locks.then_some(crate::session::OPERATOR_POOL_IDLE))
-        .acquire_timeout(Duration::from_secs(10));
-    if for_session_locks {
-        let mut setup = sqlx::MySqlConnection::connect_with(&options)
-            .await
-            .map_err(db_error("connect"))?;
-        make_tables(&mut setup).await?;
-        let tokens = named::token_source(&mut setup).await?;
-        // Closing only says goodbye to the server; a failure leaves nothing to undo.
-        let _ = sqlx::Connection::close(setup).await;
-        return Ok((pool_options.connect_lazy_with(options), tokens));
-    }
-    let pool = pool_options
-        .connect_with(options)
-        .await
-        .map_err(db_error("connect"))?;
-    let mut conn = pool.acquire().await.map_err(db_error("connect"))?;
-    make_tables(&mut conn).await?;
-    drop(conn);
-    Ok((pool, named::Tokens::Counters))
-}
-
-async fn make_tables(conn: &mut sqlx::MySqlConnection) -> Result<()> {
-    for statement in SCHEMA {
-        sqlx::query(statement)
-            .execute(&mut *conn)
-            .await
-            .map_err(db_error("create the tables"))?;
-    }
-    Ok(())
 }
 
 /// Locks in a MySQL/MariaDB table. Made by [`connect`](crate::connect) with a

@@ -7,7 +7,8 @@
 //! it is held, separate from any pool the application uses for its business work. The key
 //! is [`advisory_key`]: FNV-1a (64 bit) over `distlock\0` and the name.
 //!
-//! * `try_acquire` runs `pg_try_advisory_lock` on the client's primary lock connection.
+//! * `try_acquire` runs `pg_try_advisory_lock` on an idle lock connection the client keeps, or
+//!   else on its primary lock connection (see `crate::session`).
 //! * A waiting acquisition takes a connection of its own and blocks in `pg_advisory_lock`
 //!   with `lock_timeout` set to what is left of its wait. The server hands the lock over the
 //!   moment the holder unlocks, and that connection then holds it.
@@ -57,11 +58,13 @@ use async_trait::async_trait;
 
 mod advisory;
 mod published;
+mod setup;
+
+use self::setup::{make_tables, open_pool};
 
 pub use self::advisory::{PgAdvisory, PgAdvisoryBackend, advisory_key};
 
-use sqlx::Connection as _;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
 use tokio::sync::{oneshot, watch};
 
 use crate::backend::{
@@ -75,24 +78,6 @@ pub(crate) const SCHEME: &str = "postgres";
 const CHANNEL: &str = "distlock_release";
 /// The lock statements' pool; the listener has its own connection.
 const POOL_SIZE: u32 = 8;
-
-const SCHEMA: &[&str] = &[
-    // Serialises concurrent first connections: CREATE TABLE IF NOT EXISTS alone can fail
-    // when two sessions create the same table at once.
-    "SELECT pg_advisory_xact_lock(7135591823651209011)",
-    "CREATE TABLE IF NOT EXISTS distlock_locks (
-        name          text        PRIMARY KEY,
-        owner         text        NOT NULL,
-        holds         integer     NOT NULL,
-        fencing_token bigint      NOT NULL,
-        expires_at    timestamptz NOT NULL
-    )",
-    "CREATE TABLE IF NOT EXISTS distlock_fencing (
-        name       text   PRIMARY KEY,
-        last_token bigint NOT NULL
-    )",
-    published::TABLE,
-];
 
 /// Bumps the fencing counter only when the statement's snapshot does not show another
 /// owner's live lease, so that a refused attempt writes nothing (no commit to flush). When
@@ -296,53 +281,6 @@ pub async fn from_pool(pool: PgPool, mode: Mode) -> Result<Arc<dyn Backend>> {
             Ok(Arc::new(PgAdvisoryBackend::with_pool(options, own)))
         }
     }
-}
-
-/// A pool for the backend's own statements, with the tables made. `for_session_locks`: the
-/// operator's pool of advisory locks, which opens connections only when asked and closes them
-/// when idle; the tables are made on a connection closed right after, so that a client
-/// starting up holds no connection beside its lock connection for long.
-async fn open_pool(
-    options: PgConnectOptions,
-    size: u32,
-    for_session_locks: bool,
-) -> Result<PgPool> {
-    let pool_options = PgPoolOptions::new()
-        .max_connections(size)
-        .idle_timeout(for_session_locks.then_some(crate::session::OPERATOR_POOL_IDLE))
-        .acquire_timeout(Duration::from_secs(10));
-    if for_session_locks {
-        let mut setup = sqlx::PgConnection::connect_with(&options)
-            .await
-            .map_err(db_error("connect"))?;
-        make_tables(&mut setup).await?;
-        // Closing only says goodbye to the server; a failure leaves nothing to undo.
-        let _ = sqlx::Connection::close(setup).await;
-        return Ok(pool_options.connect_lazy_with(options));
-    }
-    let pool = pool_options
-        .connect_with(options)
-        .await
-        .map_err(db_error("connect"))?;
-    let mut conn = pool.acquire().await.map_err(db_error("connect"))?;
-    make_tables(&mut conn).await?;
-    drop(conn);
-    Ok(pool)
-}
-
-async fn make_tables(conn: &mut sqlx::PgConnection) -> Result<()> {
-    let mut tx = sqlx::Connection::begin(conn)
-        .await
-        .map_err(db_error("create the tables"))?;
-    for statement in SCHEMA {
-        sqlx::query(statement)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error("create the tables"))?;
-    }
-    // Under the schema's lock, so that one first connection makes the sequence.
-    advisory::make_token_sequence(&mut tx).await?;
-    tx.commit().await.map_err(db_error("create the tables"))
 }
 
 impl PostgresBackend {
