@@ -267,8 +267,8 @@ impl Backend for RedisBackend {
                 next_refresh: 0,
                 refreshed: tokio::time::Instant::now(),
             };
-            // Queued before the request: a waiter dropped while it is in flight, or after it
-            // failed (it may have queued us), leaves the queue.
+            // Queued before the request: a waiter whose first enqueue failed (it may have
+            // queued us all the same) leaves the queue when it is dropped.
             let queued = waiter.queued.insert(queued);
             waiter.handed = queued.enqueue().await?;
         }

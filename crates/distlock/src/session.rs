@@ -3,14 +3,15 @@
 //! over a [`Dialect`].
 //!
 //! * An acquisition that does not wait asks on an idle lock connection when the client keeps
-//!   one, else on the client's primary lock connection, which holds the locks taken that way
-//!   (a client with no connection and no lock opens one of its own for its first try).
-//! * A waiting acquisition takes a connection of its own (an idle one kept from earlier, or a
-//!   new one) and blocks in the server's own wait, bounded by the time it may wait. The
-//!   server grants it the moment the holder unlocks, and that connection then holds the
-//!   lock until it is released; then it is kept idle for the next try or wait.
-//! * A primary connection that holds nothing and that nothing uses is made idle by the
-//!   watcher, and the operator's pool closes connections idle for
+//!   one, else on the client's primary lock connection, which holds the locks taken that way.
+//! * A waiting acquisition takes a connection of its own (an idle one kept from earlier, else
+//!   the primary when nothing holds or uses it, else a new one) and blocks in the server's
+//!   own wait, bounded by the time it may wait. The server grants it the moment the holder
+//!   unlocks, and that connection then holds the lock until it is released; then it is kept
+//!   idle for the next try or wait.
+//! * A primary connection that holds nothing and that nothing uses is made idle (by the
+//!   watcher, or for a waiter), a dropped waiter's statement is cancelled from an idle lock
+//!   connection when there is one, and the operator's pool closes connections idle for
 //!   [`OPERATOR_POOL_IDLE`]: a process whose acquisitions take turns keeps one server
 //!   connection.
 //! * Several owners of one client never share a lock through one session (session locks are
@@ -72,15 +73,15 @@ const HELD_ATTEMPTS: u32 = 3;
 /// How often the watcher asks each lock connection holding locks whether it still does.
 pub(crate) const WATCH_INTERVAL: Duration = Duration::from_millis(500);
 
-/// How long a waiter waits for a free waiting statement before it tries the lock again on the
-/// primary connection.
+/// How long a waiter waits for a free waiting statement before it tries the lock again.
 const PERMIT_PATIENCE: Duration = Duration::from_millis(100);
 
-/// Idle lock connections kept for the next waiter.
+/// Idle lock connections kept for the next try or waiter.
 const IDLE_KEPT: usize = 16;
 
-/// Connections of the pool for the operator's statements (listing, holders, cancel,
-/// terminate, published records); the locks never use it.
+/// Connections of the pool for the operator's statements (listing, holders, terminate,
+/// published records, and a dropped waiter's cancel when the client keeps no idle lock
+/// connection); the locks never use it.
 pub(crate) const OPERATOR_POOL_SIZE: u32 = 2;
 /// How long a connection of the operator's pool is kept idle: a client that only locks holds
 /// no pool connection for long, so that a fleet of processes needs about one server
@@ -89,8 +90,8 @@ pub(crate) const OPERATOR_POOL_IDLE: Duration = Duration::from_secs(1);
 /// Waiting statements one client runs at once, each on a connection of its own, so that a
 /// burst of waiters does not open more connections than the server allows. Further waiters
 /// queue in the client for a free one, in arrival order, for [`PERMIT_PATIENCE`] at a time,
-/// trying the lock on the primary connection in between (a task holding a lock that all
-/// waiting statements wait for can still take another).
+/// trying the lock in between (on an idle connection, else the primary: a task holding a
+/// lock that all waiting statements wait for can still take another).
 pub(crate) const MAX_WAITING_CONNECTIONS: usize = 16;
 
 /// What one database says to lock, unlock and look at session locks. Implemented by the
@@ -143,8 +144,9 @@ pub trait Dialect: Send + Sync + 'static {
     async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>>;
     /// Ends a session; true when it existed.
     async fn terminate(&self, session: u64) -> Result<bool>;
-    /// Stops the statement a session runs.
-    async fn cancel(&self, session: u64);
+    /// Stops the statement a session runs: asked on `via` (an idle lock connection of the
+    /// client) when given, else on the operator's pool.
+    async fn cancel(&self, via: Option<&mut Self::Conn>, session: u64);
     /// One round trip.
     async fn ping(&self) -> Result<()>;
     /// [`Backend::publish`], on the operator's pool: published records live in a table.
@@ -280,53 +282,6 @@ impl<D: Dialect> Shared<D> {
         state.ending.contains(key) && !state.held.contains_key(key)
     }
 
-    async fn primary(&self) -> Result<Arc<LockConn<D>>> {
-        let mut primary = self.primary.lock().await;
-        if let Some(conn) = primary.as_ref() {
-            return Ok(conn.clone());
-        }
-        let conn = LockConn::open(&self.dialect).await?;
-        *primary = Some(conn.clone());
-        Ok(conn)
-    }
-
-    /// Forgets a primary connection that failed, so that the next request opens another.
-    async fn drop_primary(&self, failed: &Arc<LockConn<D>>) {
-        let mut primary = self.primary.lock().await;
-        if primary.as_ref().is_some_and(|c| Arc::ptr_eq(c, failed)) {
-            *primary = None;
-        }
-    }
-
-    /// An idle lock connection, if one is kept.
-    fn take_idle(&self) -> Option<Arc<LockConn<D>>> {
-        self.idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .pop()
-    }
-
-    async fn idle_or_new(&self) -> Result<Arc<LockConn<D>>> {
-        match self.take_idle() {
-            Some(conn) => Ok(conn),
-            None => LockConn::open(&self.dialect).await,
-        }
-    }
-
-    /// A waiter's connection that holds nothing now: keep it for the next waiter.
-    fn to_idle(&self, conn: Arc<LockConn<D>>) {
-        if conn.given_up.load(Ordering::SeqCst) {
-            return;
-        }
-        let mut idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if idle.len() < IDLE_KEPT {
-            idle.push(conn);
-        }
-    }
-
     async fn unlock(&self, conn: &LockConn<D>, key: &D::Key) -> Result<bool> {
         let mut c = conn.conn.lock().await;
         self.dialect.unlock(&mut c, key).await
@@ -392,32 +347,49 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         let key = D::key(name);
         // A reader's or writer's lock takes a session of its own: a session never conflicts
         // with itself, so a reader and a writer (or a mutex) of one name on one session would
-        // both be granted. An exclusive lock does too when that opens nothing beside a
-        // connection the client already has ([`Shared::tries_on_own_session`]).
-        let own_session = !name.kind().is_exclusive() || shared.tries_on_own_session().await;
-        let outcome = shared.try_on_connection(name, &key, own_session).await;
-        let mut state = shared.state();
-        state.pending.remove(&slot);
-        let (conn, token) = outcome?;
-        let Some(token) = token else {
-            if own_session {
-                drop(state);
-                shared.to_idle(conn);
-            }
-            return Ok(Acquired::Held { ttl: None });
+        // both be granted. An exclusive lock takes an idle connection when one is kept (a
+        // failed try leaves it for the waiter that follows), else the primary: a client whose
+        // tries and waits take turns keeps one lock connection.
+        let own_session = !name.kind().is_exclusive();
+        let idle = if own_session {
+            None
+        } else {
+            shared.take_idle()
         };
-        state.held.insert(
-            slot,
-            Held {
-                owner: owner.clone(),
-                holds: 1,
-                token,
-                key,
-                conn,
-                expires_at: Instant::now() + lease,
-            },
-        );
-        drop(state);
+        let outcome = match idle {
+            Some(idle) => shared.try_on_idle(name, &key, idle).await,
+            None => shared.try_on_connection(name, &key, own_session).await,
+        };
+        // The reservation ends and a grant is recorded under one lock of the state, so that no
+        // other owner of this client sees the name neither reserved nor held.
+        let (token, refused_on) = {
+            let mut state = shared.state();
+            state.pending.remove(&slot);
+            let (conn, token) = outcome?;
+            match token {
+                Some(token) => {
+                    state.held.insert(
+                        slot,
+                        Held {
+                            owner: owner.clone(),
+                            holds: 1,
+                            token,
+                            key,
+                            conn,
+                            expires_at: Instant::now() + lease,
+                        },
+                    );
+                    (token, None)
+                }
+                None => (0, Some(conn)),
+            }
+        };
+        if let Some(conn) = refused_on {
+            // A connection other than the primary holds nothing now: it goes idle, for the
+            // waiter that usually follows.
+            shared.after_unlock(conn, true).await;
+            return Ok(Acquired::Held { ttl: None });
+        }
         shared.reaper.notify_one();
         Ok(Acquired::Granted {
             fencing_token: token,

@@ -397,8 +397,17 @@ impl Dialect for MySqlNamed {
         self.kill("CONNECTION", session).await
     }
 
-    async fn cancel(&self, session: u64) {
-        let _ = self.kill("QUERY", session).await;
+    async fn cancel(&self, via: Option<&mut MySqlConnection>, session: u64) {
+        match via {
+            // The id is a number we read from the server, never user input.
+            Some(conn) => {
+                let kill = format!("KILL QUERY {session}");
+                let _ = sqlx::Executor::execute(conn, sqlx::raw_sql(&kill)).await;
+            }
+            None => {
+                let _ = self.kill("QUERY", session).await;
+            }
+        }
     }
 
     async fn ping(&self) -> Result<()> {

@@ -345,12 +345,13 @@ impl Dialect for PgAdvisory {
         Ok(terminated)
     }
 
-    async fn cancel(&self, session: u64) {
+    async fn cancel(&self, via: Option<&mut PgConnection>, session: u64) {
         if let Ok(pid) = i32::try_from(session) {
-            let _ = sqlx::query("SELECT pg_cancel_backend($1)")
-                .bind(pid)
-                .execute(&self.pool)
-                .await;
+            let cancel = sqlx::query("SELECT pg_cancel_backend($1)").bind(pid);
+            let _ = match via {
+                Some(conn) => cancel.execute(conn).await,
+                None => cancel.execute(&self.pool).await,
+            };
         }
     }
 

@@ -14,7 +14,7 @@ pub(super) async fn watch_sessions<D: Dialect>(shared: Weak<Shared<D>>) {
         let Some(strong) = shared.upgrade() else {
             return;
         };
-        strong.retire_unused_primary().await;
+        strong.retire_unused_primary();
         let mut by_conn: Vec<ConnLocks<D>> = Vec::new();
         for (name, held) in strong.state().held.iter() {
             let entry = (name.clone(), held.key.clone(), held.token);

@@ -1,9 +1,63 @@
-//! What the lock connections hold: asking them (patiently), and forgetting or giving up
-//! what they no longer hold.
+//! The lock connections: which one a try or a waiter takes (the primary, idle ones), what
+//! they hold (asked patiently), and forgetting or giving up what they no longer hold.
 
 use super::*;
 
 impl<D: Dialect> Shared<D> {
+    pub(super) async fn primary(&self) -> Result<Arc<LockConn<D>>> {
+        let mut primary = self.primary.lock().await;
+        if let Some(conn) = primary.as_ref() {
+            return Ok(conn.clone());
+        }
+        let conn = LockConn::open(&self.dialect).await?;
+        *primary = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Forgets a primary connection that failed, so that the next request opens another.
+    pub(super) async fn drop_primary(&self, failed: &Arc<LockConn<D>>) {
+        let mut primary = self.primary.lock().await;
+        if primary.as_ref().is_some_and(|c| Arc::ptr_eq(c, failed)) {
+            *primary = None;
+        }
+    }
+
+    /// An idle lock connection, if one is kept.
+    pub(super) fn take_idle(&self) -> Option<Arc<LockConn<D>>> {
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .pop()
+    }
+
+    /// A connection for a waiter: an idle one, else the primary when nothing holds or uses it
+    /// (so that a client whose first try failed waits on that try's connection), else a new
+    /// one.
+    pub(super) async fn idle_or_new(&self) -> Result<Arc<LockConn<D>>> {
+        if let Some(conn) = self.take_idle() {
+            return Ok(conn);
+        }
+        self.retire_unused_primary();
+        match self.take_idle() {
+            Some(conn) => Ok(conn),
+            None => LockConn::open(&self.dialect).await,
+        }
+    }
+
+    /// A waiter's connection that holds nothing now: keep it for the next waiter.
+    pub(super) fn to_idle(&self, conn: Arc<LockConn<D>>) {
+        if conn.given_up.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if idle.len() < IDLE_KEPT {
+            idle.push(conn);
+        }
+    }
+
     /// As [`Shared::held_keys`], asked up to three times before an error counts: a healthy
     /// connection's query can fail once (a stray cancel meant for a waiter's statement that
     /// ran on it earlier), and calling its locks lost would close it and free them.
@@ -31,6 +85,7 @@ impl<D: Dialect> Shared<D> {
     /// closing it (dropping the last handle) frees everything it holds.
     pub(super) async fn after_unlock(&self, conn: Arc<LockConn<D>>, unlocked: bool) {
         if !unlocked {
+            conn.given_up.store(true, Ordering::SeqCst);
             self.drop_primary(&conn).await;
             return;
         }
@@ -164,30 +219,14 @@ impl<D: Dialect> Shared<D> {
         }
     }
 
-    /// Whether an exclusive lock's try runs on a connection of its own rather than the
-    /// primary: when an idle connection is kept (the try takes it, and a failed try leaves it
-    /// for the waiter that follows), or when the client has neither a primary nor a lock (the
-    /// connection the try opens is then the client's only one). A client whose tries and waits
-    /// take turns so keeps one lock connection, not a primary beside a waiter's; a client
-    /// holding many locks still takes them on the primary.
-    pub(super) async fn tries_on_own_session(&self) -> bool {
-        let idle_kept = !self
-            .idle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .is_empty();
-        if idle_kept {
-            return true;
-        }
-        let no_primary = self.primary.lock().await.is_none();
-        no_primary && self.state().held.is_empty()
-    }
-
     /// Makes the primary connection an idle one when nothing holds or uses it (only the
     /// primary slot refers to it: no grant, unlock or request has it), so that the next try
-    /// or wait takes it instead of a connection beside it.
-    pub(super) async fn retire_unused_primary(&self) {
-        let mut primary = self.primary.lock().await;
+    /// or wait takes it instead of opening a connection beside it. Skipped while the primary's
+    /// slot is busy (a connection being opened, or handed out): never waits on it.
+    pub(super) fn retire_unused_primary(&self) {
+        let Ok(mut primary) = self.primary.try_lock() else {
+            return;
+        };
         if primary
             .as_ref()
             .is_some_and(|conn| Arc::strong_count(conn) == 1)
@@ -195,6 +234,51 @@ impl<D: Dialect> Shared<D> {
         {
             self.to_idle(conn);
         }
+    }
+
+    /// Stops the statement `session` runs (a dropped waiter's): asked on an idle lock
+    /// connection when the client keeps one, so that it needs no connection of the operator's
+    /// pool (which closes its idle ones, and cannot open one when the server is full).
+    pub(super) async fn cancel_statement(&self, session: u64) {
+        match self.take_idle() {
+            Some(conn) => {
+                {
+                    let mut c = conn.conn.lock().await;
+                    self.dialect.cancel(Some(&mut c), session).await;
+                }
+                // A connection whose cancel failed is found out by its next statement, which
+                // a try on an idle connection repeats on a new one.
+                self.to_idle(conn);
+            }
+            None => self.dialect.cancel(None, session).await,
+        }
+    }
+
+    /// An exclusive lock's try on `idle`, an idle lock connection; if that connection fails
+    /// (it may have died while idle), once more on the primary.
+    pub(super) async fn try_on_idle(
+        &self,
+        name: &LockName,
+        key: &D::Key,
+        idle: Arc<LockConn<D>>,
+    ) -> Result<(Arc<LockConn<D>>, Option<u64>)> {
+        let token = {
+            let mut c = idle.conn.lock().await;
+            self.dialect.try_lock(&mut c, key, name).await
+        };
+        let error = match token {
+            Ok(token) => return Ok((idle, token)),
+            Err(error) => error,
+        };
+        // The lock may have been taken before the statement failed: a connection that cannot
+        // say is never reused (closing it frees it).
+        if self.unlock(&idle, key).await.is_ok() {
+            self.to_idle(idle);
+        } else {
+            idle.given_up.store(true, Ordering::SeqCst);
+        }
+        tracing::debug!(%error, "a try on an idle lock connection failed; trying the primary");
+        self.try_on_connection(name, key, false).await
     }
 
     /// One try of `key` for `name`: on the primary connection, or (`own_session`) on an idle

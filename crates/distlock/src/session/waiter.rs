@@ -144,7 +144,7 @@ impl<D: Dialect> Drop for SessionWaiter<D> {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let shared = self.shared.clone();
-            runtime.spawn(async move { shared.dialect.cancel(session).await });
+            runtime.spawn(async move { shared.cancel_statement(session).await });
         }
     }
 }
