@@ -31,22 +31,16 @@ contends until D ms have passed, then prints one JSON line
 Everything else goes to stderr; any failure exits non-zero.
 """
 
-import argparse
-import json
-import logging
+import os
 import re
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_worker import Worker  # noqa: E402
 
 DEFAULT_BASE = "/distlock/locks"
 SESSION_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 15.0
-GRACE_S = 10.0
-
-
-def fail(message, code=1):
-    print(f"kazoo_lock: {message}", file=sys.stderr, flush=True)
-    sys.exit(code)
 
 
 def parse_backend(url):
@@ -94,93 +88,43 @@ def lock_path(base, name):
     return base + "/" + encoded
 
 
-def parse_args():
-    parser = argparse.ArgumentParser(description="kazoo lock benchmark worker")
-    parser.add_argument("--backend", required=True, help="zk://HOST:PORT[,...][/BASE]")
-    parser.add_argument("--name", required=True, help="lock name, shared by all workers")
-    parser.add_argument("--hold-ms", required=True, type=int, help="ms to hold each grant")
-    parser.add_argument("--duration-ms", required=True, type=int, help="ms to contend for")
-    args = parser.parse_args()
-    if args.hold_ms < 0 or args.duration_ms < 0:
-        parser.error("--hold-ms and --duration-ms must not be negative")
-    if not args.name:
-        parser.error("--name must not be empty")
-    try:
-        args.hosts, args.base, args.session_timeout = parse_backend(args.backend)
-    except ValueError as error:
-        parser.error(f"--backend {args.backend!r}: {error}")
-    return args
-
-
 def main():
-    args = parse_args()
-    # Only this script's protocol lines may reach stdout: keep a handle on the real
-    # stdout and point sys.stdout at stderr for anything a library might print.
-    out = sys.stdout
-    sys.stdout = sys.stderr
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-
+    worker = Worker("kazoo_lock", "kazoo lock benchmark worker")
+    args = worker.parse()
+    try:
+        hosts, base, session_timeout = parse_backend(args.backend)
+    except ValueError as error:
+        worker.parser.error(f"--backend {args.backend!r}: {error}")
     try:
         from kazoo.client import KazooClient
         from kazoo.exceptions import LockTimeout
         from kazoo.recipe.lock import Lock
     except ImportError as error:
-        fail(f"kazoo is not installed ({error}); pip install -r requirements.txt")
+        worker.fail(f"kazoo is not installed ({error}); pip install -r requirements.txt")
 
-    client = KazooClient(hosts=args.hosts, timeout=args.session_timeout)
+    client = KazooClient(hosts=hosts, timeout=session_timeout)
     try:
         client.start(timeout=CONNECT_TIMEOUT_S)
-        client.ensure_path(args.base)
+        client.ensure_path(base)
     except Exception as error:  # noqa: BLE001 - report any connection failure
         client.close()
-        fail(f"cannot connect to {args.backend}: {type(error).__name__}: {error}")
+        worker.fail(f"cannot connect to {args.backend}: {type(error).__name__}: {error}")
+    lock = Lock(client, lock_path(base, args.name))
+
+    def acquire():
+        try:
+            return lock.acquire(blocking=True, timeout=worker.wait_limit_s(args))
+        except LockTimeout:
+            return False
 
     try:
-        path = lock_path(args.base, args.name)
-        lock = Lock(client, path)
-        wait_limit_s = args.duration_ms / 1000.0 + GRACE_S
-        hold_s = args.hold_ms / 1000.0
-
-        print("ready", file=out, flush=True)
-        line = sys.stdin.readline()
-        if line.strip() != "go":
-            fail(f"expected 'go' on stdin, got {line!r}", code=2)
-
-        deadline = time.monotonic() + args.duration_ms / 1000.0
-        intervals = []
-        while time.monotonic() < deadline:
-            wait_start = time.time_ns()
-            try:
-                gotten = lock.acquire(blocking=True, timeout=wait_limit_s)
-            except LockTimeout:
-                gotten = False
-            if not gotten:
-                fail(f"lock {path!r} not acquired within {wait_limit_s:.1f} s")
-            acquired = time.time_ns()
-            if hold_s > 0:
-                time.sleep(hold_s)
-            release_start = time.time_ns()
-            lock.release()
-            intervals.append(
-                {
-                    "wait_start": wait_start,
-                    "acquired": acquired,
-                    "release_start": release_start,
-                }
-            )
-    except SystemExit:
-        raise
-    except Exception as error:  # noqa: BLE001 - any library error ends the run
-        fail(f"{type(error).__name__}: {error}")
+        worker.run(args, acquire, lock.release)
     finally:
         try:
             client.stop()
             client.close()
         except Exception:  # noqa: BLE001 - the session ends with the process anyway
             pass
-
-    out.write(json.dumps({"intervals": intervals}, separators=(",", ":")) + "\n")
-    out.flush()
     return 0
 
 

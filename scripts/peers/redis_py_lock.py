@@ -24,103 +24,46 @@ contends until D ms have passed, then prints one JSON line
 Everything else goes to stderr; any failure exits non-zero.
 """
 
-import argparse
-import json
-import logging
+import os
 import sys
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_worker import Worker  # noqa: E402
 
 LEASE_S = 30.0
 POLL_S = 0.001
-GRACE_S = 10.0
-
-
-def fail(message, code=1):
-    print(f"redis_py_lock: {message}", file=sys.stderr, flush=True)
-    sys.exit(code)
-
-
-def parse_args():
-    parser = argparse.ArgumentParser(description="redis-py lock benchmark worker")
-    parser.add_argument("--backend", required=True, help="redis://HOST:PORT[/DB]")
-    parser.add_argument("--name", required=True, help="lock name, shared by all workers")
-    parser.add_argument("--hold-ms", required=True, type=int, help="ms to hold each grant")
-    parser.add_argument("--duration-ms", required=True, type=int, help="ms to contend for")
-    parser.add_argument(
-        "--poll-ms", type=float, default=POLL_S * 1000, help="ms between tries (default 1)"
-    )
-    args = parser.parse_args()
-    if args.hold_ms < 0 or args.duration_ms < 0:
-        parser.error("--hold-ms and --duration-ms must not be negative")
-    if not args.poll_ms > 0:
-        parser.error("--poll-ms must be positive")
-    if not args.backend.startswith(("redis://", "rediss://")):
-        parser.error(f"--backend must be a redis:// URL, got {args.backend!r}")
-    return args
 
 
 def main():
-    args = parse_args()
-    # Only this script's protocol lines may reach stdout: keep a handle on the real
-    # stdout and point sys.stdout at stderr for anything a library might print.
-    out = sys.stdout
-    sys.stdout = sys.stderr
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-
+    worker = Worker("redis_py_lock", "redis-py lock benchmark worker")
+    worker.parser.add_argument(
+        "--poll-ms", type=float, default=POLL_S * 1000, help="ms between tries (default 1)"
+    )
+    args = worker.parse()
+    if not args.poll_ms > 0:
+        worker.parser.error("--poll-ms must be positive")
+    if not args.backend.startswith(("redis://", "rediss://")):
+        worker.parser.error(f"--backend must be a redis:// URL, got {args.backend!r}")
     try:
         import redis
     except ImportError as error:
-        fail(f"redis-py is not installed ({error}); pip install -r requirements.txt")
-
+        worker.fail(f"redis-py is not installed ({error}); pip install -r requirements.txt")
     try:
-        client = redis.Redis.from_url(
-            args.backend, socket_connect_timeout=10, socket_timeout=30
-        )
+        client = redis.Redis.from_url(args.backend, socket_connect_timeout=10, socket_timeout=30)
         client.ping()
     except Exception as error:  # noqa: BLE001 - report any connection failure
-        fail(f"cannot connect to {args.backend}: {error}")
-
-    wait_limit_s = args.duration_ms / 1000.0 + GRACE_S
+        worker.fail(f"cannot connect to {args.backend}: {error}")
     lock = client.lock(
         args.name,
         timeout=LEASE_S,
         sleep=args.poll_ms / 1000.0,
         blocking=True,
-        blocking_timeout=wait_limit_s,
+        blocking_timeout=worker.wait_limit_s(args),
     )
-    hold_s = args.hold_ms / 1000.0
-
-    print("ready", file=out, flush=True)
-    line = sys.stdin.readline()
-    if line.strip() != "go":
-        fail(f"expected 'go' on stdin, got {line!r}", code=2)
-
-    deadline = time.monotonic() + args.duration_ms / 1000.0
-    intervals = []
     try:
-        while time.monotonic() < deadline:
-            wait_start = time.time_ns()
-            if not lock.acquire():
-                fail(f"lock {args.name!r} not acquired within {wait_limit_s:.1f} s")
-            acquired = time.time_ns()
-            if hold_s > 0:
-                time.sleep(hold_s)
-            release_start = time.time_ns()
-            lock.release()
-            intervals.append(
-                {
-                    "wait_start": wait_start,
-                    "acquired": acquired,
-                    "release_start": release_start,
-                }
-            )
-    except Exception as error:  # noqa: BLE001 - any library error ends the run
-        fail(f"{type(error).__name__}: {error}")
+        worker.run(args, lock.acquire, lock.release)
     finally:
         client.close()
-
-    out.write(json.dumps({"intervals": intervals}, separators=(",", ":")) + "\n")
-    out.flush()
     return 0
 
 
