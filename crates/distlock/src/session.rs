@@ -145,8 +145,9 @@ pub trait Dialect: Send + Sync + 'static {
     /// Ends a session; true when it existed.
     async fn terminate(&self, session: u64) -> Result<bool>;
     /// Stops the statement a session runs: asked on `via` (an idle lock connection of the
-    /// client) when given, else on the operator's pool.
-    async fn cancel(&self, via: Option<&mut Self::Conn>, session: u64);
+    /// client) when given, else on the operator's pool. An error when it could not be asked
+    /// (a session that has ended already is no error).
+    async fn cancel(&self, via: Option<&mut Self::Conn>, session: u64) -> Result<()>;
     /// One round trip.
     async fn ping(&self) -> Result<()>;
     /// [`Backend::publish`], on the operator's pool: published records live in a table.

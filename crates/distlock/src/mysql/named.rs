@@ -229,12 +229,21 @@ impl MySqlNamed {
             .collect())
     }
 
-    async fn kill(&self, what: &str, session: u64) -> Result<bool> {
+    /// `KILL <what> <session>`, on `via` when given, else on the operator's pool: false when
+    /// the session had ended.
+    async fn kill(
+        &self,
+        via: Option<&mut MySqlConnection>,
+        what: &str,
+        session: u64,
+    ) -> Result<bool> {
         // The id is a number we read from the server, never user input.
-        match sqlx::raw_sql(&format!("KILL {what} {session}"))
-            .execute(&self.pool)
-            .await
-        {
+        let kill = format!("KILL {what} {session}");
+        let done = match via {
+            Some(conn) => sqlx::Executor::execute(conn, sqlx::raw_sql(&kill)).await,
+            None => sqlx::raw_sql(&kill).execute(&self.pool).await,
+        };
+        match done {
             Ok(_) => Ok(true),
             // 1094: unknown thread id (it has ended already).
             Err(error)
@@ -394,20 +403,11 @@ impl Dialect for MySqlNamed {
     }
 
     async fn terminate(&self, session: u64) -> Result<bool> {
-        self.kill("CONNECTION", session).await
+        self.kill(None, "CONNECTION", session).await
     }
 
-    async fn cancel(&self, via: Option<&mut MySqlConnection>, session: u64) {
-        match via {
-            // The id is a number we read from the server, never user input.
-            Some(conn) => {
-                let kill = format!("KILL QUERY {session}");
-                let _ = sqlx::Executor::execute(conn, sqlx::raw_sql(&kill)).await;
-            }
-            None => {
-                let _ = self.kill("QUERY", session).await;
-            }
-        }
+    async fn cancel(&self, via: Option<&mut MySqlConnection>, session: u64) -> Result<()> {
+        self.kill(via, "QUERY", session).await.map(drop)
     }
 
     async fn ping(&self) -> Result<()> {

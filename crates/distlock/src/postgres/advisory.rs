@@ -345,14 +345,17 @@ impl Dialect for PgAdvisory {
         Ok(terminated)
     }
 
-    async fn cancel(&self, via: Option<&mut PgConnection>, session: u64) {
-        if let Ok(pid) = i32::try_from(session) {
-            let cancel = sqlx::query("SELECT pg_cancel_backend($1)").bind(pid);
-            let _ = match via {
-                Some(conn) => cancel.execute(conn).await,
-                None => cancel.execute(&self.pool).await,
-            };
+    async fn cancel(&self, via: Option<&mut PgConnection>, session: u64) -> Result<()> {
+        let Ok(pid) = i32::try_from(session) else {
+            return Ok(());
+        };
+        let cancel = sqlx::query("SELECT pg_cancel_backend($1)").bind(pid);
+        match via {
+            Some(conn) => cancel.execute(conn).await,
+            None => cancel.execute(&self.pool).await,
         }
+        .map(drop)
+        .map_err(db_error("cancel a waiting statement"))
     }
 
     async fn ping(&self) -> Result<()> {

@@ -19,10 +19,10 @@ mod sentinel;
 pub(crate) use self::sentinel::Following;
 
 /// How long connecting to a server may take before distlock gives up on it.
-pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a Sentinel or Cluster command may wait for its reply; a hung master is then
-/// abandoned and the next command finds the master again.
-pub(super) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a Sentinel or Cluster command (and the Redis stock store's) may wait for its
+/// reply; a hung master is then abandoned and the next command finds the master again.
+pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// TCP settings of every connection to Redis: no Nagle delay. A client's requests share one
 /// connection, so a request written while an earlier one awaits its reply must go out at once.

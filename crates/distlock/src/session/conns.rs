@@ -45,8 +45,12 @@ impl<D: Dialect> Shared<D> {
     }
 
     /// A waiter's connection that holds nothing now: keep it for the next waiter.
+    ///
+    /// Only the last handle goes idle: a connection that another task still has (a try or a
+    /// release in flight on a former primary, a watcher's check) is never handed to a waiter,
+    /// whose blocking statement would share its session; it closes with its last handle.
     pub(super) fn to_idle(&self, conn: Arc<LockConn<D>>) {
-        if conn.given_up.load(Ordering::SeqCst) {
+        if conn.given_up.load(Ordering::SeqCst) || Arc::strong_count(&conn) != 1 {
             return;
         }
         let mut idle = self
@@ -240,17 +244,25 @@ impl<D: Dialect> Shared<D> {
     /// connection when the client keeps one, so that it needs no connection of the operator's
     /// pool (which closes its idle ones, and cannot open one when the server is full).
     pub(super) async fn cancel_statement(&self, session: u64) {
-        match self.take_idle() {
-            Some(conn) => {
-                {
-                    let mut c = conn.conn.lock().await;
-                    self.dialect.cancel(Some(&mut c), session).await;
+        if let Some(conn) = self.take_idle() {
+            let cancelled = {
+                let mut c = conn.conn.lock().await;
+                self.dialect.cancel(Some(&mut c), session).await
+            };
+            match cancelled {
+                Ok(()) => {
+                    self.to_idle(conn);
+                    return;
                 }
-                // A connection whose cancel failed is found out by its next statement, which
-                // a try on an idle connection repeats on a new one.
-                self.to_idle(conn);
+                // It may have died while idle: never reused, and the pool asks instead.
+                Err(error) => {
+                    tracing::debug!(%error, "cancelling on an idle lock connection failed");
+                    conn.given_up.store(true, Ordering::SeqCst);
+                }
             }
-            None => self.dialect.cancel(None, session).await,
+        }
+        if let Err(error) = self.dialect.cancel(None, session).await {
+            tracing::debug!(%error, "cancelling a dropped waiter's statement failed");
         }
     }
 
@@ -317,14 +329,13 @@ impl<D: Dialect> Shared<D> {
             // The lock may have been taken before the statement failed. A connection
             // that cannot say is never reused: closing it (its last handle dropped, also
             // as a former primary) frees it.
-            if self.unlock(&conn, key).await.is_ok() {
-                if own_session {
-                    self.to_idle(conn.clone());
-                }
-            } else {
+            if self.unlock(&conn, key).await.is_err() {
                 conn.given_up.store(true, Ordering::SeqCst);
             }
             self.drop_primary(&conn).await;
+            if own_session {
+                self.to_idle(conn);
+            }
             if !from_idle {
                 return Err(error);
             }

@@ -117,8 +117,13 @@ impl RedisStockStore {
                 format!("{url:?}: {e}; write redis://[user:password@]host[:port][/db]"),
             )
         })?;
+        // The lock backend's timeouts, not the driver's defaults: a reply slower than half a
+        // second under load is not a lost one.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(crate::redis::deployment::CONNECT_TIMEOUT))
+            .set_response_timeout(Some(crate::redis::deployment::RESPONSE_TIMEOUT));
         let connection = client
-            .get_multiplexed_async_connection()
+            .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(redis_error("connect"))?;
         Ok(RedisStockStore { connection })
