@@ -47,6 +47,8 @@ use crate::name::{LockKind, LockName};
 
 mod background;
 mod conns;
+#[cfg(all(test, feature = "postgres", feature = "conformance"))]
+mod faulty;
 mod held_key;
 mod names;
 mod waiter;
@@ -388,7 +390,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         if let Some(conn) = refused_on {
             // A connection other than the primary holds nothing now: it goes idle, for the
             // waiter that usually follows.
-            shared.after_unlock(conn, true).await;
+            shared.after_unlock(conn).await;
             return Ok(Acquired::Held { ttl: None });
         }
         shared.reaper.notify_one();
@@ -446,11 +448,22 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             });
         };
         let unlocked = shared.unlock(&held.conn, &held.key).await;
-        shared.after_unlock(held.conn, unlocked.is_ok()).await;
         Ok(match unlocked {
-            Ok(true) => Released::Released { remaining_holds: 0 },
+            Ok(true) => {
+                shared.after_unlock(held.conn).await;
+                Released::Released { remaining_holds: 0 }
+            }
             // The session lost it (terminated, or its connection broke).
-            Ok(false) | Err(_) => Released::NotHeld,
+            Ok(false) => {
+                shared.after_unlock(held.conn).await;
+                Released::NotHeld
+            }
+            // It may still hold it: unlocked again in the background, or closed.
+            Err(error) => {
+                tracing::warn!(%error, "unlocking failed; unlocking again in the background");
+                shared.unlock_failed(held.conn, held.key, Some(slot)).await;
+                Released::NotHeld
+            }
         })
     }
 

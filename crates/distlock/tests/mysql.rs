@@ -225,3 +225,13 @@ async fn promise2_a_killed_lock_connection_fires_lost_for_every_lease() {
 async fn a_named_lock_client_keeps_one_connection() {
     distlock::conformance::session_client_keeps_one_connection(&Target::new(named())).await;
 }
+
+/// Promise 4: a waiter dropped before its statement was sent never sends it (current-thread
+/// runtime: the drop comes before the waiter's task runs).
+#[tokio::test(flavor = "current_thread")]
+async fn promise4_a_named_lock_waiter_dropped_before_its_statement_sends_none() {
+    distlock::conformance::session_waiter_dropped_before_its_statement_sends_none(&Target::new(
+        named(),
+    ))
+    .await;
+}

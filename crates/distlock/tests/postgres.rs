@@ -356,3 +356,13 @@ async fn advisory_locks_of_another_database_are_other_locks() {
 async fn an_advisory_client_keeps_one_connection() {
     distlock::conformance::session_client_keeps_one_connection(&Target::new(advisory())).await;
 }
+
+/// Promise 4: a waiter dropped before its statement was sent never sends it (current-thread
+/// runtime: the drop comes before the waiter's task runs).
+#[tokio::test(flavor = "current_thread")]
+async fn promise4_an_advisory_waiter_dropped_before_its_statement_sends_none() {
+    distlock::conformance::session_waiter_dropped_before_its_statement_sends_none(&Target::new(
+        advisory(),
+    ))
+    .await;
+}

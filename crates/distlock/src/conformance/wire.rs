@@ -308,3 +308,60 @@ pub async fn session_client_keeps_one_connection(target: &Target) {
         "{opened} connections were opened for two more rounds"
     );
 }
+
+/// Promise 4 for the session locks: a waiter dropped after its wait began but before its
+/// statement was sent (its task had not run yet, so there was no session to cancel) sends no
+/// statement afterwards. Before, the statement started anyway and waited in the server's
+/// queue, unseen and uncancelled, for all of the wait's time, taking the lock on its way.
+/// Counted at a proxy; run it on a current-thread runtime, where the drop always comes
+/// before the waiter's task first runs.
+pub async fn session_waiter_dropped_before_its_statement_sends_none(target: &Target) {
+    use crate::backend::{Acquired, Owner};
+    use crate::name::LockName;
+    let proxied = Proxied::new(target, "session_waiter_dropped_before_its_statement").await;
+    let backend = crate::open_backend(&proxied.url)
+        .await
+        .unwrap_or_else(|e| panic!("open {}: {e}", proxied.url));
+    let other = client(target).await;
+    let name = unique("dropped_waiter");
+    let held = other.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let lock = LockName::new(name.as_str()).unwrap();
+    let owner = Owner::new("dropped-waiter", 1);
+    let lease = Duration::from_secs(30);
+    // As an acquire does: a try, refused, then the wait.
+    let tried = backend.try_acquire(&lock, &owner, lease).await.unwrap();
+    assert!(
+        matches!(tried, Acquired::Held { .. }),
+        "a held lock was not refused: {tried:?}"
+    );
+    let mut waiter = backend.subscribe(&lock, &owner, lease).await.unwrap();
+    {
+        let mut wait = waiter.wait(Duration::from_secs(20));
+        assert!(
+            super::cancel::poll_once(&mut wait).await.is_none(),
+            "the wait ended at once"
+        );
+    }
+    let sent = |proxied: &Proxied| -> (u64, u64) {
+        let requests = proxied.proxies.iter().map(FaultProxy::requests).sum();
+        let accepted = proxied
+            .proxies
+            .iter()
+            .map(FaultProxy::connections_accepted)
+            .sum();
+        (requests, accepted)
+    };
+    let before = sent(&proxied);
+    drop(waiter);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        sent(&proxied),
+        before,
+        "(requests, connections) went on after the waiter was dropped: its statement started"
+    );
+    held.release().await.unwrap();
+    let next = acquire_within(&other, &name, PROMPTLY)
+        .await
+        .expect("the lock was not free after its holder released it");
+    next.release().await.unwrap();
+}

@@ -378,6 +378,23 @@ impl Dialect for PgAdvisory {
     }
 }
 
+impl PgAdvisory {
+    /// The dialect of a client of `url`, with the tables made: for the session module's tests
+    /// of faults inside one statement.
+    #[cfg(all(test, feature = "conformance"))]
+    pub(crate) async fn for_tests(url: &str) -> Self {
+        let options = super::connect_options(url).expect("a PostgreSQL URL");
+        let pool = super::setup::open_pool(options.clone(), 1, true)
+            .await
+            .expect("the operator's pool");
+        PgAdvisory {
+            options,
+            pool,
+            named: RecordedNames::default(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

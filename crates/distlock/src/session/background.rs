@@ -74,17 +74,23 @@ impl<D: Dialect> Reap for Shared<D> {
     }
 
     async fn reap(&self, work: Vec<Self::Work>) -> bool {
+        let mut kept = false;
         for (conn, key, ended) in work {
-            let unlocked = self.unlock(&conn, &key).await;
-            if let Err(error) = &unlocked {
-                tracing::warn!(%error, "unlocking in the background failed; closing the connection");
-            }
-            // Unlocked, or its connection is closed here: either way the server has let go.
-            self.after_unlock(conn, unlocked.is_ok()).await;
-            if let Some(name) = ended {
-                self.state().ending.remove(&name);
+            match self.unlock(&conn, &key).await {
+                Ok(_) => {
+                    self.after_unlock(conn).await;
+                    if let Some(name) = ended {
+                        self.state().ending.remove(&name);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "unlocking in the background failed");
+                    // Kept to try again while other grants keep the connection open (the
+                    // watcher gives it up, and them, if it is dead); else it closes here.
+                    kept |= self.unlock_failed(conn, key, ended).await;
+                }
             }
         }
-        false
+        kept
     }
 }

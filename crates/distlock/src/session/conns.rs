@@ -84,15 +84,9 @@ impl<D: Dialect> Shared<D> {
         }
     }
 
-    /// After an unlock on `conn`: a waiter's connection holding nothing more goes idle. A
-    /// connection whose unlock failed is never reused: it may still hold the lock, and
-    /// closing it (dropping the last handle) frees everything it holds.
-    pub(super) async fn after_unlock(&self, conn: Arc<LockConn<D>>, unlocked: bool) {
-        if !unlocked {
-            conn.given_up.store(true, Ordering::SeqCst);
-            self.drop_primary(&conn).await;
-            return;
-        }
+    /// After a successful unlock on `conn`: a waiter's connection holding nothing more goes
+    /// idle.
+    pub(super) async fn after_unlock(&self, conn: Arc<LockConn<D>>) {
         if self
             .primary
             .lock()
@@ -110,6 +104,44 @@ impl<D: Dialect> Shared<D> {
         if !in_use {
             self.to_idle(conn);
         }
+    }
+
+    /// An unlock of `key` on `conn` failed (or a failed try may have taken it): the
+    /// connection may still hold it. It is never reused (neither primary nor idle again).
+    /// While other grants keep it open, the unlock is kept for the reaper to try again (and
+    /// `ending`, the name whose lease ended or whose owner released it, stays marked as
+    /// ending): closing a connection that holds other owners' locks would free them before
+    /// their guards could fire `lost()`, and leaving it would keep this lock held, by nobody,
+    /// for as long as the longest of them. With no other grant on it, the connection closes
+    /// with its last handle, which frees the lock. True when the unlock was kept.
+    pub(super) async fn unlock_failed(
+        &self,
+        conn: Arc<LockConn<D>>,
+        key: D::Key,
+        ending: Option<HeldKey>,
+    ) -> bool {
+        conn.given_up.store(true, Ordering::SeqCst);
+        self.drop_primary(&conn).await;
+        let kept = {
+            let mut state = self.state();
+            let in_use = state
+                .held
+                .values()
+                .any(|held| Arc::ptr_eq(&held.conn, &conn));
+            if in_use {
+                if let Some(name) = &ending {
+                    state.ending.insert(name.clone());
+                }
+                state.unlock.push((conn, key, ending));
+            } else if let Some(name) = &ending {
+                state.ending.remove(name);
+            }
+            in_use
+        };
+        if kept {
+            self.reaper.notify_one();
+        }
+        kept
     }
 
     pub(super) async fn is_locked(&self, name: &LockName) -> Result<bool> {
@@ -287,7 +319,7 @@ impl<D: Dialect> Shared<D> {
         if self.unlock(&idle, key).await.is_ok() {
             self.to_idle(idle);
         } else {
-            idle.given_up.store(true, Ordering::SeqCst);
+            self.unlock_failed(idle, key.clone(), None).await;
         }
         tracing::debug!(%error, "a try on an idle lock connection failed; trying the primary");
         self.try_on_connection(name, key, false).await
@@ -330,11 +362,12 @@ impl<D: Dialect> Shared<D> {
             // that cannot say is never reused: closing it (its last handle dropped, also
             // as a former primary) frees it.
             if self.unlock(&conn, key).await.is_err() {
-                conn.given_up.store(true, Ordering::SeqCst);
-            }
-            self.drop_primary(&conn).await;
-            if own_session {
-                self.to_idle(conn);
+                self.unlock_failed(conn, key.clone(), None).await;
+            } else {
+                self.drop_primary(&conn).await;
+                if own_session {
+                    self.to_idle(conn);
+                }
             }
             if !from_idle {
                 return Err(error);

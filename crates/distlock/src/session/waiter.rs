@@ -93,11 +93,23 @@ async fn blocking_attempt<D: Dialect>(
     }
     // Held until the statement ends: it bounds waiting statements, not held locks.
     let _permit = permit;
+    if session.load(Ordering::SeqCst) == DROPPED {
+        return Outcome::TimedOut;
+    }
     let conn = match shared.idle_or_new().await {
         Ok(conn) => conn,
         Err(error) => return Outcome::Failed(error),
     };
-    session.store(conn.session, Ordering::SeqCst);
+    // A waiter dropped before this point sent no cancel (there was no session to cancel): its
+    // statement must not start, or it would wait in the server's queue, unseen, for all of
+    // `max`, and take the lock on its way out.
+    if session
+        .compare_exchange(0, conn.session, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
+    {
+        shared.to_idle(conn);
+        return Outcome::TimedOut;
+    }
     let key = D::key(name);
     let result = {
         let mut c = conn.conn.lock().await;

@@ -1,0 +1,234 @@
+//! Faults inside a statement that no proxy can cause on a healthy connection (an unlock that
+//! fails while its connection lives on, as after a stray cancel), made by a dialect that
+//! fails chosen statements before it sends them and otherwise talks to the real server.
+
+use std::sync::atomic::AtomicU32;
+
+use super::*;
+use crate::conformance::servers;
+use crate::postgres::PgAdvisory;
+
+/// A dialect whose next `failing_unlocks` unlocks fail without reaching the server.
+struct FailingUnlocks<D> {
+    inner: D,
+    failing_unlocks: AtomicU32,
+}
+
+#[async_trait]
+impl<D: Dialect> Dialect for FailingUnlocks<D> {
+    type Conn = D::Conn;
+    type Key = D::Key;
+    const SCHEME: &'static str = D::SCHEME;
+
+    fn keeps(kind: &LockKind) -> bool {
+        D::keeps(kind)
+    }
+    fn key(name: &LockName) -> Self::Key {
+        D::key(name)
+    }
+    async fn open(&self) -> Result<(Self::Conn, u64)> {
+        self.inner.open().await
+    }
+    async fn try_lock(
+        &self,
+        conn: &mut Self::Conn,
+        key: &Self::Key,
+        name: &LockName,
+    ) -> Result<Option<u64>> {
+        self.inner.try_lock(conn, key, name).await
+    }
+    async fn lock_waiting(
+        &self,
+        conn: &mut Self::Conn,
+        key: &Self::Key,
+        name: &LockName,
+        max: Duration,
+    ) -> Result<Option<u64>> {
+        self.inner.lock_waiting(conn, key, name, max).await
+    }
+    async fn unlock(&self, conn: &mut Self::Conn, key: &Self::Key) -> Result<bool> {
+        let failing = self
+            .failing_unlocks
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(Error::backend(D::SCHEME, "unlock", "an injected failure"));
+        }
+        self.inner.unlock(conn, key).await
+    }
+    async fn unlock_all(&self, conn: &mut Self::Conn) -> Result<()> {
+        self.inner.unlock_all(conn).await
+    }
+    async fn after_wait(&self, conn: &mut Self::Conn) -> Result<()> {
+        self.inner.after_wait(conn).await
+    }
+    async fn held(&self, conn: &mut Self::Conn, keys: &[Self::Key]) -> Result<HashSet<Self::Key>> {
+        self.inner.held(conn, keys).await
+    }
+    async fn holders(&self, key: &Self::Key) -> Result<Vec<u64>> {
+        self.inner.holders(key).await
+    }
+    async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
+        self.inner.list_held(prefix, limit).await
+    }
+    async fn terminate(&self, session: u64) -> Result<bool> {
+        self.inner.terminate(session).await
+    }
+    async fn cancel(&self, via: Option<&mut Self::Conn>, session: u64) -> Result<()> {
+        self.inner.cancel(via, session).await
+    }
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+    async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
+        self.inner.publish(key, record).await
+    }
+    async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
+        self.inner.read_published(key).await
+    }
+    async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
+        self.inner.withdraw(key, term).await
+    }
+}
+
+fn unique(what: &str) -> LockName {
+    LockName::new(format!("faulty/{what}/{}", uuid::Uuid::new_v4().simple())).unwrap()
+}
+
+fn granted(acquired: Acquired, what: &str) {
+    assert!(
+        matches!(acquired, Acquired::Granted { holds: 1, .. }),
+        "{what}: {acquired:?}"
+    );
+}
+
+/// Promise 4 (and 1, 2 for the other lock): a release whose unlock failed on a connection
+/// that lives on, because another lock of the client is held on it, leaves no hold behind:
+/// the unlock is tried again in the background, so another client gets the lock promptly,
+/// while the other lock stays held and is not reported lost. Before, the lock stayed held on
+/// the server, by nobody, for as long as the other lock was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise4_a_failed_unlock_is_retried_while_other_locks_keep_its_connection() {
+    let url = servers::POSTGRES.url();
+    let rival = crate::open_backend(&url).await.expect("the rival client");
+    let backend = SessionBackend::new(FailingUnlocks {
+        inner: PgAdvisory::for_tests(&url).await,
+        failing_unlocks: AtomicU32::new(0),
+    });
+    let mut status = backend.session().expect("session locks report sessions");
+    status.borrow_and_update();
+    let owner = Owner::new("failing-unlock", 1);
+    let rival_owner = Owner::new("rival", 1);
+    let lease = Duration::from_secs(30);
+    let (released, kept) = (unique("released"), unique("kept"));
+    granted(
+        backend.try_acquire(&released, &owner, lease).await.unwrap(),
+        "first lock",
+    );
+    granted(
+        backend.try_acquire(&kept, &owner, lease).await.unwrap(),
+        "second lock",
+    );
+
+    backend
+        .shared
+        .dialect
+        .failing_unlocks
+        .store(1, Ordering::SeqCst);
+    let answer = backend.release(&released, &owner).await.unwrap();
+    assert_eq!(
+        answer,
+        Released::NotHeld,
+        "a failed unlock was called a release"
+    );
+    assert_eq!(
+        backend
+            .shared
+            .dialect
+            .failing_unlocks
+            .load(Ordering::SeqCst),
+        0,
+        "the injected failure was not used"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let tried = rival
+            .try_acquire(&released, &rival_owner, lease)
+            .await
+            .unwrap();
+        if matches!(tried, Acquired::Granted { .. }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the released lock was still held 3 s after its unlock failed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        backend.holds(&kept, &owner).await.unwrap(),
+        1,
+        "the other lock was lost"
+    );
+    assert!(
+        !status.has_changed().unwrap(),
+        "a lost session was reported for a connection that lives on"
+    );
+    assert!(
+        matches!(
+            rival.try_acquire(&kept, &rival_owner, lease).await.unwrap(),
+            Acquired::Held { .. }
+        ),
+        "the rival was granted a lock still held"
+    );
+    assert_eq!(
+        rival.release(&released, &rival_owner).await.unwrap(),
+        Released::Released { remaining_holds: 0 }
+    );
+}
+
+/// Promise 4 with no other lock on the connection: a lease that ended and whose unlock failed
+/// closes its connection (nothing else is held there), which frees the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise4_a_failed_unlock_of_an_ended_lease_closes_its_connection() {
+    let url = servers::POSTGRES.url();
+    let rival = crate::open_backend(&url).await.expect("the rival client");
+    let backend = SessionBackend::new(FailingUnlocks {
+        inner: PgAdvisory::for_tests(&url).await,
+        failing_unlocks: AtomicU32::new(1),
+    });
+    let owner = Owner::new("failing-unlock", 1);
+    let rival_owner = Owner::new("rival", 1);
+    let name = unique("ended");
+    let lease = Duration::from_millis(300);
+    granted(
+        backend.try_acquire(&name, &owner, lease).await.unwrap(),
+        "the lock",
+    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let tried = rival.try_acquire(&name, &rival_owner, lease).await.unwrap();
+        if matches!(tried, Acquired::Granted { .. }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lock was still held 3 s after its lease of 300 ms ended and its unlock failed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        backend
+            .shared
+            .dialect
+            .failing_unlocks
+            .load(Ordering::SeqCst),
+        0,
+        "the injected failure was not used"
+    );
+    assert_eq!(
+        backend.release(&name, &owner).await.unwrap(),
+        Released::HeldByOther
+    );
+    rival.release(&name, &rival_owner).await.unwrap();
+}
