@@ -61,6 +61,15 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
+    /// True when no other waiter of this handle waits for this lock: a ring for it is for
+    /// this one.
+    pub(crate) fn alone(&self) -> bool {
+        self.rings
+            .by_lock()
+            .get(&self.lock)
+            .is_none_or(|(_, users)| *users <= 1)
+    }
+
     /// What a ring for this lock notifies. Enable a `notified()` of it before looking at the
     /// lock, so that a ring between the look and the wait is not lost.
     pub(crate) fn notify(&self) -> Arc<Notify> {

@@ -180,7 +180,11 @@ impl SqliteWaiter {
 }
 
 impl SqliteWaiter {
-    /// Waits for a ring of this lock's doorbell, looking every [`BELL_POLL`] anyway.
+    /// Waits for a ring of this lock's doorbell, looking every [`BELL_POLL`] anyway. A ring
+    /// returns at once, without another look, when this is the only waiter of the lock in
+    /// this handle or the last look found nobody queued ahead: a release rings the bell of
+    /// the oldest live ticket, so it is almost surely our turn, and the attempt that follows
+    /// checks that in its own transaction anyway.
     pub(super) async fn wait_for_bell(&mut self, max: Duration) {
         let Some(notify) = self.listener.as_ref().map(Listener::notify) else {
             return;
@@ -201,10 +205,16 @@ impl SqliteWaiter {
             if poll.our_turn() {
                 return;
             }
+            let next_in_line = (poll.ticket_alive && poll.ahead == 0)
+                || self.listener.as_ref().is_some_and(Listener::alone);
             let nap = BELL_POLL.mul_f64(0.75 + fastrand::f64() * 0.5);
             let wake = (tokio::time::Instant::now() + nap).min(deadline);
             tokio::select! {
-                () = &mut rung => {}
+                () = &mut rung => {
+                    if next_in_line {
+                        return;
+                    }
+                }
                 () = tokio::time::sleep_until(wake) => {}
             }
             if tokio::time::Instant::now() >= deadline {
