@@ -340,6 +340,14 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                     holds: held.holds,
                 });
             }
+            if state.ending.contains(&slot) {
+                // Its unlock on our own session is still on its way (a lease that ended, or
+                // an unlock being tried again): a grant on that session now could be undone
+                // by it.
+                return Ok(Acquired::Held {
+                    ttl: Some(Duration::from_millis(1)),
+                });
+            }
             if !state.pending.insert(slot.clone()) {
                 // Another owner of this client is asking right now.
                 return Ok(Acquired::Held {
@@ -428,6 +436,9 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                             remaining_holds: held.holds,
                         });
                     }
+                    // Marked as ending until the unlock is done: no other owner of this
+                    // client asks for it on the same session meanwhile.
+                    state.ending.insert(slot.clone());
                     state.held.remove(&slot)
                 }
                 Some(_) => return Ok(Released::HeldByOther),
@@ -448,22 +459,20 @@ impl<D: Dialect> Backend for SessionBackend<D> {
             });
         };
         let unlocked = shared.unlock(&held.conn, &held.key).await;
-        Ok(match unlocked {
-            Ok(true) => {
-                shared.after_unlock(held.conn).await;
-                Released::Released { remaining_holds: 0 }
-            }
-            // The session lost it (terminated, or its connection broke).
-            Ok(false) => {
-                shared.after_unlock(held.conn).await;
-                Released::NotHeld
-            }
+        if let Err(error) = &unlocked {
             // It may still hold it: unlocked again in the background, or closed.
-            Err(error) => {
-                tracing::warn!(%error, "unlocking failed; unlocking again in the background");
-                shared.unlock_failed(held.conn, held.key, Some(slot)).await;
-                Released::NotHeld
+            tracing::warn!(%error, "unlocking failed; unlocking again in the background");
+            if shared.unlock_failed(held.conn, held.key, Some(slot)).await {
+                shared.reaper.notify_one();
             }
+            return Ok(Released::NotHeld);
+        }
+        shared.after_unlock(held.conn).await;
+        shared.state().ending.remove(&slot);
+        Ok(match unlocked {
+            Ok(true) => Released::Released { remaining_holds: 0 },
+            // The session lost it (terminated, or its connection broke).
+            Ok(false) | Err(_) => Released::NotHeld,
         })
     }
 

@@ -108,12 +108,15 @@ impl<D: Dialect> Shared<D> {
 
     /// An unlock of `key` on `conn` failed (or a failed try may have taken it): the
     /// connection may still hold it. It is never reused (neither primary nor idle again).
-    /// While other grants keep it open, the unlock is kept for the reaper to try again (and
-    /// `ending`, the name whose lease ended or whose owner released it, stays marked as
-    /// ending): closing a connection that holds other owners' locks would free them before
-    /// their guards could fire `lost()`, and leaving it would keep this lock held, by nobody,
-    /// for as long as the longest of them. With no other grant on it, the connection closes
-    /// with its last handle, which frees the lock. True when the unlock was kept.
+    /// While anything else has the connection (other grants, a request in flight on it), the
+    /// unlock is kept for the reaper to try again, [`crate::reaper`]'s retry delay later, and
+    /// `ending` (the name whose lease ended or whose owner released it) stays marked as
+    /// ending, which keeps the client's other owners from the name meanwhile: closing a
+    /// connection that holds other owners' locks would free them before their guards could
+    /// fire `lost()`, and leaving it would keep this lock held, by nobody, for as long as the
+    /// longest of them. Otherwise the connection closes with this, its last handle, which
+    /// frees the lock. True when the unlock was kept (the caller wakes the reaper if it
+    /// should try at once).
     pub(super) async fn unlock_failed(
         &self,
         conn: Arc<LockConn<D>>,
@@ -122,26 +125,22 @@ impl<D: Dialect> Shared<D> {
     ) -> bool {
         conn.given_up.store(true, Ordering::SeqCst);
         self.drop_primary(&conn).await;
-        let kept = {
-            let mut state = self.state();
-            let in_use = state
+        let mut state = self.state();
+        // A try in flight on the connection has a handle but no grant recorded yet.
+        let in_use = Arc::strong_count(&conn) > 1
+            || state
                 .held
                 .values()
                 .any(|held| Arc::ptr_eq(&held.conn, &conn));
-            if in_use {
-                if let Some(name) = &ending {
-                    state.ending.insert(name.clone());
-                }
-                state.unlock.push((conn, key, ending));
-            } else if let Some(name) = &ending {
-                state.ending.remove(name);
+        if in_use {
+            if let Some(name) = &ending {
+                state.ending.insert(name.clone());
             }
-            in_use
-        };
-        if kept {
-            self.reaper.notify_one();
+            state.unlock.push((conn, key, ending));
+        } else if let Some(name) = &ending {
+            state.ending.remove(name);
         }
-        kept
+        in_use
     }
 
     pub(super) async fn is_locked(&self, name: &LockName) -> Result<bool> {
@@ -318,8 +317,8 @@ impl<D: Dialect> Shared<D> {
         // say is never reused (closing it frees it).
         if self.unlock(&idle, key).await.is_ok() {
             self.to_idle(idle);
-        } else {
-            self.unlock_failed(idle, key.clone(), None).await;
+        } else if self.unlock_failed(idle, key.clone(), None).await {
+            self.reaper.notify_one();
         }
         tracing::debug!(%error, "a try on an idle lock connection failed; trying the primary");
         self.try_on_connection(name, key, false).await
@@ -362,7 +361,9 @@ impl<D: Dialect> Shared<D> {
             // that cannot say is never reused: closing it (its last handle dropped, also
             // as a former primary) frees it.
             if self.unlock(&conn, key).await.is_err() {
-                self.unlock_failed(conn, key.clone(), None).await;
+                if self.unlock_failed(conn, key.clone(), None).await {
+                    self.reaper.notify_one();
+                }
             } else {
                 self.drop_primary(&conn).await;
                 if own_session {
