@@ -54,6 +54,7 @@ mod names;
 mod waiter;
 
 use self::background::watch_sessions;
+use self::conns::Unlocking;
 use self::held_key::HeldKey;
 pub(crate) use self::names::RecordedNames;
 use self::waiter::SessionWaiter;
@@ -271,31 +272,6 @@ impl<D: Dialect> SessionBackend<D> {
     }
 }
 
-impl<D: Dialect> Shared<D> {
-    fn state(&self) -> std::sync::MutexGuard<'_, State<D>> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// True while the reaper unlocks `name` after its lease ended and no other owner of this
-    /// client holds it yet: the server's lock is not anyone's then.
-    fn lease_ending(&self, key: &HeldKey) -> bool {
-        let state = self.state();
-        state.ending.contains(key) && !state.held.contains_key(key)
-    }
-
-    async fn unlock(&self, conn: &LockConn<D>, key: &D::Key) -> Result<bool> {
-        let mut c = conn.conn.lock().await;
-        self.dialect.unlock(&mut c, key).await
-    }
-
-    async fn held_keys(&self, conn: &LockConn<D>, keys: &[D::Key]) -> Result<HashSet<D::Key>> {
-        let mut c = conn.conn.lock().await;
-        self.dialect.held(&mut c, keys).await
-    }
-}
-
 /// A lock the watcher looks at: its name, its server key and its grant's token.
 type Watched<D> = (HeldKey, <D as Dialect>::Key, u64);
 /// One lock connection and the keys to ask it about.
@@ -458,17 +434,28 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                 Released::NotHeld
             });
         };
+        let mut unlocking = Unlocking {
+            shared,
+            slot: slot.clone(),
+            in_flight: Some((held.conn.clone(), held.key.clone())),
+            handed_on: false,
+        };
         let unlocked = shared.unlock(&held.conn, &held.key).await;
+        unlocking.in_flight = None;
         if let Err(error) = &unlocked {
             // It may still hold it: unlocked again in the background, or closed.
             tracing::warn!(%error, "unlocking failed; unlocking again in the background");
-            if shared.unlock_failed(held.conn, held.key, Some(slot)).await {
+            if shared
+                .unlock_failed(held.conn, held.key, Some(slot), 0)
+                .await
+            {
+                unlocking.handed_on = true;
                 shared.reaper.notify_one();
             }
             return Ok(Released::NotHeld);
         }
+        drop(unlocking);
         shared.after_unlock(held.conn).await;
-        shared.state().ending.remove(&slot);
         Ok(match unlocked {
             Ok(true) => Released::Released { remaining_holds: 0 },
             // The session lost it (terminated, or its connection broke).

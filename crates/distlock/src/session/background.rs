@@ -75,19 +75,25 @@ impl<D: Dialect> Reap for Shared<D> {
 
     async fn reap(&self, work: Vec<Self::Work>) -> bool {
         let mut kept = false;
-        for (conn, key, ended) in work {
+        let mut work = work.into_iter();
+        while let Some((conn, key, ended)) = work.next() {
             match self.unlock(&conn, &key).await {
                 Ok(_) => {
-                    self.after_unlock(conn).await;
                     if let Some(name) = ended {
                         self.state().ending.remove(&name);
                     }
+                    self.after_unlock(conn).await;
                 }
                 Err(error) => {
                     tracing::warn!(%error, "unlocking in the background failed");
-                    // Kept to try again while other grants keep the connection open (the
-                    // watcher gives it up, and them, if it is dead); else it closes here.
-                    kept |= self.unlock_failed(conn, key, ended).await;
+                    // Kept to try again while something else has the connection (the watcher
+                    // gives it up, and its grants, if it is dead); else it closes here.
+                    let later = work
+                        .as_slice()
+                        .iter()
+                        .filter(|(queued, _, _)| Arc::ptr_eq(queued, &conn))
+                        .count();
+                    kept |= self.unlock_failed(conn, key, ended, later).await;
                 }
             }
         }

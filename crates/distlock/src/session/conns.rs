@@ -108,30 +108,33 @@ impl<D: Dialect> Shared<D> {
 
     /// An unlock of `key` on `conn` failed (or a failed try may have taken it): the
     /// connection may still hold it. It is never reused (neither primary nor idle again).
-    /// While anything else has the connection (other grants, a request in flight on it), the
-    /// unlock is kept for the reaper to try again, [`crate::reaper`]'s retry delay later, and
-    /// `ending` (the name whose lease ended or whose owner released it) stays marked as
-    /// ending, which keeps the client's other owners from the name meanwhile: closing a
-    /// connection that holds other owners' locks would free them before their guards could
-    /// fire `lost()`, and leaving it would keep this lock held, by nobody, for as long as the
-    /// longest of them. Otherwise the connection closes with this, its last handle, which
-    /// frees the lock. True when the unlock was kept (the caller wakes the reaper if it
-    /// should try at once).
+    /// While anything else has the connection (other grants, a request in flight on it; not
+    /// other unlocks waiting for the reaper, `queued_elsewhere` of them outside the state),
+    /// the unlock is kept for the reaper's next pass, and `ending` (the name whose lease
+    /// ended or whose owner released it) stays marked as ending, which keeps the client's
+    /// other owners from the name meanwhile: closing a connection that holds other owners'
+    /// locks would free them before their guards could fire `lost()`, and leaving it would
+    /// keep this lock held, by nobody, for as long as the longest of them. Otherwise the
+    /// connection closes with its last handle, which frees the lock. True when the unlock
+    /// was kept (the caller wakes the reaper if it should try at once).
     pub(super) async fn unlock_failed(
         &self,
         conn: Arc<LockConn<D>>,
         key: D::Key,
         ending: Option<HeldKey>,
+        queued_elsewhere: usize,
     ) -> bool {
         conn.given_up.store(true, Ordering::SeqCst);
         self.drop_primary(&conn).await;
         let mut state = self.state();
-        // A try in flight on the connection has a handle but no grant recorded yet.
-        let in_use = Arc::strong_count(&conn) > 1
-            || state
-                .held
-                .values()
-                .any(|held| Arc::ptr_eq(&held.conn, &conn));
+        let queued = state
+            .unlock
+            .iter()
+            .filter(|(queued, _, _)| Arc::ptr_eq(queued, &conn))
+            .count();
+        // Handles beyond this one and the queued unlocks': grants (recorded, or a try in
+        // flight that has not recorded its grant yet), a check, a waiter's reset.
+        let in_use = Arc::strong_count(&conn) > 1 + queued + queued_elsewhere;
         if in_use {
             if let Some(name) = &ending {
                 state.ending.insert(name.clone());
@@ -317,7 +320,7 @@ impl<D: Dialect> Shared<D> {
         // say is never reused (closing it frees it).
         if self.unlock(&idle, key).await.is_ok() {
             self.to_idle(idle);
-        } else if self.unlock_failed(idle, key.clone(), None).await {
+        } else if self.unlock_failed(idle, key.clone(), None, 0).await {
             self.reaper.notify_one();
         }
         tracing::debug!(%error, "a try on an idle lock connection failed; trying the primary");
@@ -361,7 +364,7 @@ impl<D: Dialect> Shared<D> {
             // that cannot say is never reused: closing it (its last handle dropped, also
             // as a former primary) frees it.
             if self.unlock(&conn, key).await.is_err() {
-                if self.unlock_failed(conn, key.clone(), None).await {
+                if self.unlock_failed(conn, key.clone(), None, 0).await {
                     self.reaper.notify_one();
                 }
             } else {
@@ -376,5 +379,65 @@ impl<D: Dialect> Shared<D> {
             tracing::debug!(%error, "a try on an idle lock connection failed; trying a new one");
             from_idle = false;
         }
+    }
+}
+
+/// A release's unlock of a name marked as ending. Dropped with the release: clears the mark,
+/// or, when the release was dropped while its unlock had not answered, hands the unlock to
+/// the reaper (the mark stays until it is done; unlocking again is harmless while the mark
+/// keeps the client's other owners from taking the name on that session).
+pub(super) struct Unlocking<'a, D: Dialect> {
+    pub(super) shared: &'a Shared<D>,
+    pub(super) slot: HeldKey,
+    pub(super) in_flight: Option<(Arc<LockConn<D>>, D::Key)>,
+    /// Given to the reaper by [`Shared::unlock_failed`], mark and all.
+    pub(super) handed_on: bool,
+}
+
+impl<D: Dialect> Drop for Unlocking<'_, D> {
+    fn drop(&mut self) {
+        if self.handed_on {
+            return;
+        }
+        let mut state = self.shared.state();
+        match self.in_flight.take() {
+            Some((conn, key)) => {
+                state.unlock.push((conn, key, Some(self.slot.clone())));
+                drop(state);
+                self.shared.reaper.notify_one();
+            }
+            None => {
+                state.ending.remove(&self.slot);
+            }
+        }
+    }
+}
+
+impl<D: Dialect> Shared<D> {
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State<D>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// True while the reaper unlocks `name` after its lease ended and no other owner of this
+    /// client holds it yet: the server's lock is not anyone's then.
+    pub(super) fn lease_ending(&self, key: &HeldKey) -> bool {
+        let state = self.state();
+        state.ending.contains(key) && !state.held.contains_key(key)
+    }
+
+    pub(super) async fn unlock(&self, conn: &LockConn<D>, key: &D::Key) -> Result<bool> {
+        let mut c = conn.conn.lock().await;
+        self.dialect.unlock(&mut c, key).await
+    }
+
+    pub(super) async fn held_keys(
+        &self,
+        conn: &LockConn<D>,
+        keys: &[D::Key],
+    ) -> Result<HashSet<D::Key>> {
+        let mut c = conn.conn.lock().await;
+        self.dialect.held(&mut c, keys).await
     }
 }

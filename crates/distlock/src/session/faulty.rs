@@ -8,10 +8,12 @@ use super::*;
 use crate::conformance::servers;
 use crate::postgres::PgAdvisory;
 
-/// A dialect whose next `failing_unlocks` unlocks fail without reaching the server.
+/// A dialect whose next `failing_unlocks` unlocks fail without reaching the server, and
+/// whose next `hanging_unlocks` unlocks never answer (nor reach it).
 struct FailingUnlocks<D> {
     inner: D,
     failing_unlocks: AtomicU32,
+    hanging_unlocks: AtomicU32,
 }
 
 #[async_trait]
@@ -52,6 +54,12 @@ impl<D: Dialect> Dialect for FailingUnlocks<D> {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if failing.is_ok() {
             return Err(Error::backend(D::SCHEME, "unlock", "an injected failure"));
+        }
+        let hanging = self
+            .hanging_unlocks
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if hanging.is_ok() {
+            std::future::pending::<()>().await;
         }
         self.inner.unlock(conn, key).await
     }
@@ -113,6 +121,7 @@ async fn promise4_a_failed_unlock_is_retried_while_other_locks_keep_its_connecti
     let backend = SessionBackend::new(FailingUnlocks {
         inner: PgAdvisory::for_tests(&url).await,
         failing_unlocks: AtomicU32::new(0),
+        hanging_unlocks: AtomicU32::new(0),
     });
     let mut status = backend.session().expect("session locks report sessions");
     status.borrow_and_update();
@@ -196,6 +205,7 @@ async fn promise4_a_failed_unlock_of_an_ended_lease_closes_its_connection() {
     let backend = SessionBackend::new(FailingUnlocks {
         inner: PgAdvisory::for_tests(&url).await,
         failing_unlocks: AtomicU32::new(1),
+        hanging_unlocks: AtomicU32::new(0),
     });
     let owner = Owner::new("failing-unlock", 1);
     let rival_owner = Owner::new("rival", 1);
@@ -231,4 +241,65 @@ async fn promise4_a_failed_unlock_of_an_ended_lease_closes_its_connection() {
         Released::HeldByOther
     );
     rival.release(&name, &rival_owner).await.unwrap();
+}
+
+/// Promise 4 for a release cancelled while its unlock is in flight, on a connection another
+/// lock keeps open: the unlock is handed to the background, so the lock does not stay held
+/// by nobody for as long as the other lock is; the other lock stays held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise4_a_release_cancelled_during_its_unlock_still_unlocks() {
+    let url = servers::POSTGRES.url();
+    let rival = crate::open_backend(&url).await.expect("the rival client");
+    let backend = SessionBackend::new(FailingUnlocks {
+        inner: PgAdvisory::for_tests(&url).await,
+        failing_unlocks: AtomicU32::new(0),
+        hanging_unlocks: AtomicU32::new(0),
+    });
+    let owner = Owner::new("cancelled-release", 1);
+    let rival_owner = Owner::new("rival", 1);
+    let lease = Duration::from_secs(30);
+    let (released, kept) = (unique("cancelled"), unique("kept"));
+    granted(
+        backend.try_acquire(&released, &owner, lease).await.unwrap(),
+        "first lock",
+    );
+    granted(
+        backend.try_acquire(&kept, &owner, lease).await.unwrap(),
+        "second lock",
+    );
+    backend
+        .shared
+        .dialect
+        .hanging_unlocks
+        .store(1, Ordering::SeqCst);
+    let cut = tokio::time::timeout(
+        Duration::from_millis(200),
+        backend.release(&released, &owner),
+    );
+    assert!(cut.await.is_err(), "the hanging unlock answered");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let tried = rival
+            .try_acquire(&released, &rival_owner, lease)
+            .await
+            .unwrap();
+        if matches!(tried, Acquired::Granted { .. }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lock was still held 3 s after its release was cancelled during the unlock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        backend.holds(&kept, &owner).await.unwrap(),
+        1,
+        "the other lock was lost"
+    );
+    rival.release(&released, &rival_owner).await.unwrap();
+    assert_eq!(
+        backend.release(&kept, &owner).await.unwrap(),
+        Released::Released { remaining_holds: 0 }
+    );
 }
