@@ -55,7 +55,7 @@ mod waiter;
 
 use self::background::watch_sessions;
 use self::conns::Unlocking;
-use self::held_key::HeldKey;
+use self::held_key::{Ending, HeldKey};
 pub(crate) use self::names::RecordedNames;
 use self::waiter::SessionWaiter;
 
@@ -202,7 +202,7 @@ struct State<D: Dialect> {
     unlock: Vec<Unlock<D>>,
     /// Names whose lease ended and which the reaper is unlocking right now: still held by
     /// our connection on the server, but no longer by their owner.
-    ending: HashSet<HeldKey>,
+    ending: Ending,
 }
 
 impl<D: Dialect> Default for State<D> {
@@ -211,7 +211,7 @@ impl<D: Dialect> Default for State<D> {
             held: HashMap::new(),
             pending: HashSet::new(),
             unlock: Vec::new(),
-            ending: HashSet::new(),
+            ending: Ending::default(),
         }
     }
 }
@@ -414,7 +414,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                     }
                     // Marked as ending until the unlock is done: no other owner of this
                     // client asks for it on the same session meanwhile.
-                    state.ending.insert(slot.clone());
+                    state.ending.mark(&slot);
                     state.held.remove(&slot)
                 }
                 Some(_) => return Ok(Released::HeldByOther),
@@ -434,26 +434,29 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                 Released::NotHeld
             });
         };
+        // Until the unlock has answered, or the failed one was settled, the guard holds it:
+        // a release dropped meanwhile hands it to the reaper.
         let mut unlocking = Unlocking {
             shared,
             slot: slot.clone(),
             in_flight: Some((held.conn.clone(), held.key.clone())),
-            handed_on: false,
+            settled: false,
         };
         let unlocked = shared.unlock(&held.conn, &held.key).await;
-        unlocking.in_flight = None;
         if let Err(error) = &unlocked {
             // It may still hold it: unlocked again in the background, or closed.
             tracing::warn!(%error, "unlocking failed; unlocking again in the background");
-            if shared
-                .unlock_failed(held.conn, held.key, Some(slot), 0)
-                .await
-            {
-                unlocking.handed_on = true;
+            // The guard's handle is one of the queued unlock's own.
+            let kept = shared
+                .unlock_failed(held.conn, held.key, Some(slot), 1)
+                .await;
+            unlocking.settled = true;
+            if kept {
                 shared.reaper.notify_one();
             }
             return Ok(Released::NotHeld);
         }
+        unlocking.in_flight = None;
         drop(unlocking);
         shared.after_unlock(held.conn).await;
         Ok(match unlocked {

@@ -65,7 +65,7 @@ impl<D: Dialect> Reap for Shared<D> {
         for name in expired {
             if let Some(held) = state.held.remove(&name) {
                 tracing::debug!(lock = %name, "the lease ended; unlocking");
-                state.ending.insert(name.clone());
+                state.ending.mark(&name);
                 state.unlock.push((held.conn, held.key, Some(name)));
             }
         }
@@ -80,7 +80,7 @@ impl<D: Dialect> Reap for Shared<D> {
             match self.unlock(&conn, &key).await {
                 Ok(_) => {
                     if let Some(name) = ended {
-                        self.state().ending.remove(&name);
+                        self.state().ending.unmark(&name);
                     }
                     self.after_unlock(conn).await;
                 }

@@ -136,12 +136,10 @@ impl<D: Dialect> Shared<D> {
         // flight that has not recorded its grant yet), a check, a waiter's reset.
         let in_use = Arc::strong_count(&conn) > 1 + queued + queued_elsewhere;
         if in_use {
-            if let Some(name) = &ending {
-                state.ending.insert(name.clone());
-            }
+            // The name's mark passes to the kept unlock.
             state.unlock.push((conn, key, ending));
         } else if let Some(name) = &ending {
-            state.ending.remove(name);
+            state.ending.unmark(name);
         }
         in_use
     }
@@ -382,21 +380,21 @@ impl<D: Dialect> Shared<D> {
     }
 }
 
-/// A release's unlock of a name marked as ending. Dropped with the release: clears the mark,
-/// or, when the release was dropped while its unlock had not answered, hands the unlock to
-/// the reaper (the mark stays until it is done; unlocking again is harmless while the mark
-/// keeps the client's other owners from taking the name on that session).
+/// A release's unlock of a name marked as ending. Dropped with the release: unmarks the
+/// name, or, when the release was dropped before its unlock answered or before a failed one
+/// was settled, hands the unlock (and the mark) to the reaper. Unlocking again is harmless
+/// while the mark keeps the client's other owners from taking the name on that session.
 pub(super) struct Unlocking<'a, D: Dialect> {
     pub(super) shared: &'a Shared<D>,
     pub(super) slot: HeldKey,
     pub(super) in_flight: Option<(Arc<LockConn<D>>, D::Key)>,
-    /// Given to the reaper by [`Shared::unlock_failed`], mark and all.
-    pub(super) handed_on: bool,
+    /// Settled by [`Shared::unlock_failed`], mark and all.
+    pub(super) settled: bool,
 }
 
 impl<D: Dialect> Drop for Unlocking<'_, D> {
     fn drop(&mut self) {
-        if self.handed_on {
+        if self.settled {
             return;
         }
         let mut state = self.shared.state();
@@ -406,9 +404,7 @@ impl<D: Dialect> Drop for Unlocking<'_, D> {
                 drop(state);
                 self.shared.reaper.notify_one();
             }
-            None => {
-                state.ending.remove(&self.slot);
-            }
+            None => state.ending.unmark(&self.slot),
         }
     }
 }

@@ -27,3 +27,29 @@ impl fmt::Display for HeldKey {
         fmt::Display::fmt(&self.name, f)
     }
 }
+
+/// Names with unlocks on their way on one of the client's sessions, each counted once per
+/// unlock (a release's, the reaper's): a name is marked until the last of them is done.
+#[derive(Default)]
+pub(super) struct Ending(std::collections::HashMap<HeldKey, u32>);
+
+impl Ending {
+    /// One more unlock of `slot` on its way.
+    pub(super) fn mark(&mut self, slot: &HeldKey) {
+        *self.0.entry(slot.clone()).or_insert(0) += 1;
+    }
+
+    /// One unlock of `slot` done.
+    pub(super) fn unmark(&mut self, slot: &HeldKey) {
+        if let Some(count) = self.0.get_mut(slot) {
+            *count -= 1;
+            if *count == 0 {
+                self.0.remove(slot);
+            }
+        }
+    }
+
+    pub(super) fn contains(&self, slot: &HeldKey) -> bool {
+        self.0.contains_key(slot)
+    }
+}
