@@ -190,18 +190,20 @@ struct Held<D: Dialect> {
     expires_at: Instant,
 }
 
-/// A lock to unlock in the background: its connection, its key, and its name when its lease
-/// ended (see `State::ending`).
+/// A lock to unlock in the background: its connection, its key, and its name when the name is
+/// marked as ending for it (see `State::ending`).
 type Unlock<D> = (Arc<LockConn<D>>, <D as Dialect>::Key, Option<HeldKey>);
 
 struct State<D: Dialect> {
     held: HashMap<HeldKey, Held<D>>,
     /// Names being asked for by one owner of this client right now.
     pending: HashSet<HeldKey>,
-    /// Locks to unlock in the background (lease ended: with its name; abandoned grant).
+    /// Locks to unlock in the background (lease ended, release dropped or failed: with its
+    /// name; abandoned grant, failed try: without).
     unlock: Vec<Unlock<D>>,
-    /// Names whose lease ended and which the reaper is unlocking right now: still held by
-    /// our connection on the server, but no longer by their owner.
+    /// Names with an unlock on its way (a release's, or the reaper's after a lease ended or
+    /// an unlock failed), one count each: maybe still held by our session on the server, but
+    /// no longer by their owner. Other owners of this client are refused them meanwhile.
     ending: Ending,
 }
 
@@ -423,7 +425,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         };
         let Some(held) = taken else {
             if shared.lease_ending(&slot) {
-                // Its lease ended; the reaper is unlocking it.
+                // Its lease ended, or its release is on its way: being unlocked.
                 return Ok(Released::NotHeld);
             }
             // A reader's hold is its own: other readers holding do not make it another's.

@@ -400,6 +400,13 @@ impl<D: Dialect> Drop for Unlocking<'_, D> {
         let mut state = self.shared.state();
         match self.in_flight.take() {
             Some((conn, key)) => {
+                // Dropped inside `unlock_failed`: given up, but maybe still the primary.
+                if conn.given_up.load(Ordering::SeqCst)
+                    && let Ok(mut primary) = self.shared.primary.try_lock()
+                    && primary.as_ref().is_some_and(|p| Arc::ptr_eq(p, &conn))
+                {
+                    *primary = None;
+                }
                 state.unlock.push((conn, key, Some(self.slot.clone())));
                 drop(state);
                 self.shared.reaper.notify_one();
@@ -416,8 +423,9 @@ impl<D: Dialect> Shared<D> {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// True while the reaper unlocks `name` after its lease ended and no other owner of this
-    /// client holds it yet: the server's lock is not anyone's then.
+    /// True while an unlock of `name` is on its way (its lease ended, its release is in
+    /// flight or being retried) and no owner of this client holds it: the server's lock is
+    /// not anyone's then.
     pub(super) fn lease_ending(&self, key: &HeldKey) -> bool {
         let state = self.state();
         state.ending.contains(key) && !state.held.contains_key(key)
