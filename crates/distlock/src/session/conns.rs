@@ -144,6 +144,13 @@ impl<D: Dialect> Shared<D> {
         in_use
     }
 
+    /// [`Shared::unlock_failed`] for a failed try's unlock (no name marked), retried at once.
+    async fn unlock_failed_now(&self, conn: Arc<LockConn<D>>, key: D::Key) {
+        if self.unlock_failed(conn, key, None, 0).await {
+            self.reaper.notify_one();
+        }
+    }
+
     pub(super) async fn is_locked(&self, name: &LockName) -> Result<bool> {
         Ok(!self.dialect.holders(&D::key(name)).await?.is_empty())
     }
@@ -318,8 +325,8 @@ impl<D: Dialect> Shared<D> {
         // say is never reused (closing it frees it).
         if self.unlock(&idle, key).await.is_ok() {
             self.to_idle(idle);
-        } else if self.unlock_failed(idle, key.clone(), None, 0).await {
-            self.reaper.notify_one();
+        } else {
+            self.unlock_failed_now(idle, key.clone()).await;
         }
         tracing::debug!(%error, "a try on an idle lock connection failed; trying the primary");
         self.try_on_connection(name, key, false).await
@@ -362,9 +369,7 @@ impl<D: Dialect> Shared<D> {
             // that cannot say is never reused: closing it (its last handle dropped, also
             // as a former primary) frees it.
             if self.unlock(&conn, key).await.is_err() {
-                if self.unlock_failed(conn, key.clone(), None, 0).await {
-                    self.reaper.notify_one();
-                }
+                self.unlock_failed_now(conn, key.clone()).await;
             } else {
                 self.drop_primary(&conn).await;
                 if own_session {

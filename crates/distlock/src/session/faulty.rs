@@ -135,6 +135,17 @@ async fn rival_gets(rival: &Arc<dyn Backend>, name: &LockName, what: &str) {
     rival.release(name, &rival_owner).await.unwrap();
 }
 
+/// `owner` takes each of `names` on the client's one lock connection.
+async fn hold_both(backend: &impl Backend, owner: &Owner, names: [&LockName; 2]) {
+    for name in names {
+        let acquired = backend
+            .try_acquire(name, owner, Duration::from_secs(30))
+            .await
+            .unwrap();
+        granted(acquired, name.as_str());
+    }
+}
+
 fn granted(acquired: Acquired, what: &str) {
     assert!(
         matches!(acquired, Acquired::Granted { holds: 1, .. }),
@@ -156,14 +167,7 @@ async fn promise4_a_failed_unlock_is_retried_while_other_locks_keep_its_connecti
     let rival_owner = Owner::new("rival", 1);
     let lease = Duration::from_secs(30);
     let (released, kept) = (unique("released"), unique("kept"));
-    granted(
-        backend.try_acquire(&released, &owner, lease).await.unwrap(),
-        "first lock",
-    );
-    granted(
-        backend.try_acquire(&kept, &owner, lease).await.unwrap(),
-        "second lock",
-    );
+    hold_both(&backend, &owner, [&released, &kept]).await;
 
     backend
         .shared
@@ -250,16 +254,8 @@ async fn promise4_a_failed_unlock_of_an_ended_lease_closes_its_connection() {
 async fn promise4_a_release_cancelled_during_its_unlock_still_unlocks() {
     let (backend, rival) = clients().await;
     let owner = Owner::new("cancelled-release", 1);
-    let lease = Duration::from_secs(30);
     let (released, kept) = (unique("cancelled"), unique("kept"));
-    granted(
-        backend.try_acquire(&released, &owner, lease).await.unwrap(),
-        "first lock",
-    );
-    granted(
-        backend.try_acquire(&kept, &owner, lease).await.unwrap(),
-        "second lock",
-    );
+    hold_both(&backend, &owner, [&released, &kept]).await;
     backend
         .shared
         .dialect
