@@ -59,9 +59,13 @@ const TICKET_STALE_MS: i64 = 1000;
 /// How often the first two waiters in the queue look, on a blocking thread (Tokio's timer
 /// cannot sleep less than a millisecond). A look is one indexed read of about 15 µs.
 const CLOSE_POLL: Duration = Duration::from_micros(200);
-/// How often a waiter with a doorbell looks anyway: for a lease that expired, a ring that
-/// was lost, a waiter ahead that left.
+/// How often a waiter with a doorbell and nobody ahead of it looks anyway: for a lease that
+/// expired, a ring that was lost, a waiter ahead that left.
 const BELL_POLL: Duration = Duration::from_millis(25);
+/// How much later a waiter with a doorbell looks for each live ticket ahead of its own, up to
+/// [`TICKET_REFRESH`]: its turn is at least that many handoffs away, and a release rings it
+/// when it comes.
+const BELL_POLL_PER_AHEAD: Duration = Duration::from_millis(5);
 /// How long one close watch lasts before the async loop takes over again (to refresh the
 /// ticket and to notice a dropped waiter).
 const CLOSE_WATCH: Duration = Duration::from_millis(20);

@@ -58,3 +58,46 @@ fn urls_parse_or_say_what_is_wrong() {
         assert!(parse_url(bad).unwrap_err().is_invalid_input(), "{bad:?}");
     }
 }
+
+/// Fair mode: a long queue keeps its order through a wait several times a ticket's staleness
+/// (1 s). Waiters far back look seldom (up to every 250 ms); a look spaced past the
+/// staleness would let their tickets go stale and send them to the back of the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_long_queue_keeps_its_order_while_its_waiters_look_seldom() {
+    const WAITERS: usize = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("queue.db").display());
+    let holder = crate::connect(&url).await.unwrap();
+    let held = holder.mutex("long-queue").unwrap().acquire().await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for id in 0..WAITERS {
+        // A client (and doorbell) per waiter, as if each were another process.
+        let locks = crate::connect(&url).await.unwrap();
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let wait = crate::AcquireOptions::new().wait(Duration::from_secs(30));
+            let mutex = locks.mutex("long-queue").unwrap();
+            let guard = mutex.acquire_with(wait).await.unwrap();
+            order.lock().unwrap().push(id);
+            guard.release().await.unwrap();
+        }));
+        // Let this waiter take its ticket before the next one arrives.
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Several staleness periods with the whole queue waiting.
+    tokio::time::sleep(Duration::from_millis(3 * TICKET_STALE_MS as u64)).await;
+    held.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        for waiter in waiters {
+            waiter.await.expect("waiter panicked");
+        }
+    })
+    .await
+    .expect("the queue was not served within 30 s");
+    assert_eq!(
+        *order.lock().unwrap(),
+        (0..WAITERS).collect::<Vec<_>>(),
+        "a waiter lost its place in the queue"
+    );
+}
