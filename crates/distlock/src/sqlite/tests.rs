@@ -59,16 +59,20 @@ fn urls_parse_or_say_what_is_wrong() {
     }
 }
 
-/// Fair mode: a long queue keeps its order through a wait several times a ticket's staleness
-/// (1 s). Waiters far back look seldom (up to every 250 ms); a look spaced past the
-/// staleness would let their tickets go stale and send them to the back of the queue.
+/// Fair mode: a long queue keeps every ticket live and its order through a wait several
+/// times a ticket's staleness (1 s). Waiters far back look seldom (up to every 250 ms, from
+/// 45 tickets back); a refresh spaced past the staleness would drop a ticket from the live
+/// count and send its waiter to the back of the queue.
+#[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_long_queue_keeps_its_order_while_its_waiters_look_seldom() {
-    const WAITERS: usize = 40;
+    const WAITERS: usize = 50;
+    const NAME: &str = "long-queue";
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("queue.db").display());
     let holder = crate::connect(&url).await.unwrap();
-    let held = holder.mutex("long-queue").unwrap().acquire().await.unwrap();
+    let held = holder.mutex(NAME).unwrap().acquire().await.unwrap();
+    let live = async || holder.inspect(NAME).await.unwrap().waiters;
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for id in 0..WAITERS {
@@ -76,17 +80,32 @@ async fn a_long_queue_keeps_its_order_while_its_waiters_look_seldom() {
         let locks = crate::connect(&url).await.unwrap();
         let order = order.clone();
         waiters.push(tokio::spawn(async move {
-            let wait = crate::AcquireOptions::new().wait(Duration::from_secs(30));
-            let mutex = locks.mutex("long-queue").unwrap();
+            let wait = crate::AcquireOptions::new().wait(Duration::from_secs(60));
+            let mutex = locks.mutex(NAME).unwrap();
             let guard = mutex.acquire_with(wait).await.unwrap();
             order.lock().unwrap().push(id);
             guard.release().await.unwrap();
         }));
-        // Let this waiter take its ticket before the next one arrives.
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        // This waiter has its ticket before the next one comes.
+        let queued = Some(id as u64 + 1);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while live().await != queued {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("a waiter did not queue within 10 s");
     }
-    // Several staleness periods with the whole queue waiting.
-    tokio::time::sleep(Duration::from_millis(3 * TICKET_STALE_MS as u64)).await;
+    // Several staleness periods with the whole queue waiting: every ticket stays live.
+    let end = tokio::time::Instant::now() + Duration::from_millis(3 * TICKET_STALE_MS as u64);
+    while tokio::time::Instant::now() < end {
+        assert_eq!(
+            live().await,
+            Some(WAITERS as u64),
+            "a waiter's ticket went stale"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     held.release().await.unwrap();
     tokio::time::timeout(Duration::from_secs(30), async {
         for waiter in waiters {

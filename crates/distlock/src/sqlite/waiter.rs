@@ -180,7 +180,7 @@ impl SqliteWaiter {
 }
 
 impl SqliteWaiter {
-    /// Waits for a ring of this lock's doorbell, looking anyway every [`BELL_POLL`], later the further back it is. A ring
+    /// Waits for a ring of this lock's doorbell, looking anyway (see [`bell_nap`]). A ring
     /// returns at once, without another look, when this is the only waiter of the lock in
     /// this handle or the last look found nobody queued ahead: a release rings the bell of
     /// the oldest live ticket, so it is almost surely our turn, and the attempt that follows
@@ -207,8 +207,10 @@ impl SqliteWaiter {
             }
             let next_in_line = (poll.ticket_alive && poll.ahead == 0)
                 || self.listener.as_ref().is_some_and(Listener::alone);
-            let nap = bell_nap(&poll).mul_f64(0.75 + fastrand::f64() * 0.5);
-            let wake = (tokio::time::Instant::now() + nap).min(deadline);
+            // Awake in time to refresh the ticket, however far back it is.
+            let wake = (tokio::time::Instant::now() + bell_nap(&poll))
+                .min(self.refreshed + TICKET_REFRESH)
+                .min(deadline);
             tokio::select! {
                 () = &mut rung => {
                     if next_in_line {
@@ -224,11 +226,19 @@ impl SqliteWaiter {
     }
 }
 
-/// How long a waiter with a doorbell sleeps between looks when no ring comes: longer the
-/// further back it is, so that hundreds of waiters do not spend the machine on looks.
+/// How long a waiter with a doorbell sleeps between looks when no ring comes (±25%, so that
+/// waiters spread out): longer the further back it is, so that hundreds of waiters do not
+/// spend the machine on looks, but never long when the lock was free: the waiters ahead
+/// may have left, or their ring been lost.
 fn bell_nap(poll: &Poll) -> Duration {
-    let ahead = if poll.ticket_alive { poll.ahead } else { 0 };
-    (BELL_POLL + BELL_POLL_PER_AHEAD * ahead).min(TICKET_REFRESH)
+    let ahead = if poll.ticket_alive && !poll.free {
+        poll.ahead
+    } else {
+        0
+    };
+    (BELL_POLL + BELL_POLL_PER_AHEAD * ahead)
+        .mul_f64(0.75 + fastrand::f64() * 0.5)
+        .min(TICKET_REFRESH)
 }
 
 impl Drop for SqliteWaiter {
