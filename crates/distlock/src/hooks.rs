@@ -26,6 +26,13 @@ pub fn zookeeper_watch_notifications() -> u64 {
     crate::zookeeper::watch_notifications()
 }
 
+/// ZooKeeper waiters' grants in this process so far that came from a watch alone, with no
+/// look at the line after the release: the handoff of one write and one notification.
+#[cfg(feature = "zookeeper")]
+pub fn zookeeper_watch_grants() -> u64 {
+    crate::zookeeper::watch_grants()
+}
+
 /// One ZooKeeper write round trip of `backend` (a `setData` on its base node): the unit of a
 /// ZooKeeper handoff.
 ///

@@ -12,7 +12,10 @@
 //! service using Curator on the path `BASE/NAME` and a Rust service using distlock on `NAME`
 //! exclude each other.
 //!
-//! * **No herd.** A release deletes one node and wakes one waiter: the next in line.
+//! * **No herd.** A release deletes one node and wakes one waiter: the next in line. A
+//!   grant after waiting marks the holder's node, which wakes that waiter once more to look
+//!   while the lock is held, so that the release alone grants it (one write and one
+//!   notification per handoff).
 //! * **Fair.** Waiters are served in the order their nodes were created.
 //! * **Crash safety.** The nodes are ephemeral: when a holder's process dies, its session
 //!   ends after the session timeout (`?session_timeout=`, 10 s by default) and the server
@@ -81,15 +84,7 @@ use self::recipes::queue;
 use self::url::ZkUrl;
 pub use self::url::lock_path;
 use self::waiter::{NaiveWaiter, SequentialWaiter};
-
-/// Every watch event delivered to a waiter in this process so far, for measuring the herd
-/// effect: with `zk://` one per release, with `zk+naive://` one per waiter per release.
-/// Read through [`crate::hooks`].
-pub(crate) fn watch_notifications() -> u64 {
-    WATCH_NOTIFICATIONS.load(Ordering::Relaxed)
-}
-
-static WATCH_NOTIFICATIONS: AtomicU64 = AtomicU64::new(0);
+pub(crate) use self::waiter::{watch_grants, watch_notifications};
 
 /// Curator's protected-node prefix.
 const PROTECTED: &str = "_c_";

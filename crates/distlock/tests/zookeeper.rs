@@ -370,59 +370,6 @@ async fn a_lost_session_frees_the_lock_and_fires_lost() {
     eprintln!("lost() after {lost_after:?}, lock free for others after {freed_after:?}");
 }
 
-/// Waiters on the sequential lock are woken one per release; on the naive lock every waiter
-/// is woken by every release (the herd).
-async fn notifications_for(url: &str, waiters: usize) -> (u64, u64) {
-    let name = unique("herd");
-    let holder = distlock::connect(url).await.unwrap();
-    let held = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let mut tasks = Vec::new();
-    for _ in 0..waiters {
-        let locks = distlock::connect(url).await.unwrap();
-        let name = name.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = locks.mutex(name).unwrap().acquire().await.unwrap();
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            guard.release().await.unwrap();
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = distlock::hooks::zookeeper_watch_notifications();
-    held.release().await.unwrap();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    // Every waiter's release but the last one's had someone waiting, and so did the holder's.
-    (
-        distlock::hooks::zookeeper_watch_notifications() - before,
-        waiters as u64,
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sequential_lock_wakes_one_waiter_per_release() {
-    let (notifications, releases) = notifications_for(&standalone(), 8).await;
-    assert_eq!(
-        notifications, releases,
-        "{notifications} watch notifications for {releases} releases"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_naive_lock_wakes_every_waiter() {
-    let (notifications, releases) = notifications_for(&naive(), 8).await;
-    assert!(
-        notifications >= 3 * releases,
-        "{notifications} watch notifications for {releases} releases: no herd"
-    );
-    eprintln!("naive: {notifications} notifications for {releases} releases");
-}
-
 /// A 3-node ensemble started by `scripts/zookeeper-deployment` on free loopback ports; every
 /// server it started is killed, by the PID in its pid file, when this is dropped.
 struct OwnEnsemble {

@@ -332,6 +332,30 @@ impl Shared {
         true
     }
 
+    /// Tells the waiter behind `node`, just granted after standing behind others, that it is
+    /// first in line now (not sent for a node first in line at once, as uncontended): a `setData` of the node (its data unchanged) fires that waiter's watch, so the
+    /// waiter looks at the line while we hold and then takes our release alone as its grant,
+    /// with no look after it. Sent in the background: the grant does not wait for it, and a
+    /// mark sent after our release finds no node. Only for the kinds whose waiter behind
+    /// waits for everything ahead (a reader behind looks at the line anyway).
+    pub(super) fn mark_held(
+        &self,
+        session: Arc<Session>,
+        node: &Node,
+        kind: &LockKind,
+        owner: &Owner,
+    ) {
+        if !matches!(kind, LockKind::Exclusive | LockKind::Write) {
+            return;
+        }
+        let (path, data) = (node.path.clone(), Self::node_data(owner));
+        tokio::spawn(async move {
+            if let Err(error) = session.client.set_data(&path, &data, None).await {
+                tracing::debug!(%error, "marking a granted node failed (released already?)");
+            }
+        });
+    }
+
     pub(super) async fn try_acquire_sequential(
         &self,
         name: &LockName,
@@ -362,6 +386,9 @@ impl Shared {
         {
             return Ok(Acquired::Held { ttl: None });
         }
+        // A node made by an earlier attempt has stood behind others: a waiter may be watching
+        // it without knowing it is first now (see `mark_held`).
+        let waited = queued_node.is_some();
         let node = match queued_node {
             Some(node) => node,
             None => {
@@ -407,6 +434,9 @@ impl Shared {
         match position {
             Some(at) if recipes::blocker(name.kind(), &line, at).is_none() => {
                 if self.record_grant(name, owner, &node, lease, session.generation, waiter) {
+                    if waited {
+                        self.mark_held(session.clone(), &node, name.kind(), owner);
+                    }
                     return Ok(Acquired::Granted {
                         fencing_token: node.token,
                         holds: 1,

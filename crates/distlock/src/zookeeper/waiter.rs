@@ -3,6 +3,24 @@
 
 use super::*;
 
+/// Every watch event delivered to a waiter in this process so far, for measuring the herd
+/// effect: with `zk://` one per release and one per grant after waiting (the mark that
+/// wakes the waiter behind), with `zk+naive://` one per waiter per release. Read through
+/// [`crate::hooks`].
+pub(crate) fn watch_notifications() -> u64 {
+    WATCH_NOTIFICATIONS.load(Ordering::Relaxed)
+}
+
+static WATCH_NOTIFICATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Grants a waiter in this process took on its watch alone (the node ahead, first in line,
+/// was deleted), with no look at the line after it. Read through [`crate::hooks`].
+pub(crate) fn watch_grants() -> u64 {
+    WATCH_GRANTS.load(Ordering::Relaxed)
+}
+
+static WATCH_GRANTS: AtomicU64 = AtomicU64::new(0);
+
 /// A waiter of the sequential lock: its node in the queue, made by the owner's next attempt.
 pub(super) struct SequentialWaiter {
     pub(super) shared: Arc<Shared>,
@@ -57,6 +75,10 @@ impl SequentialWaiter {
             generation,
             Some(self.id),
         ) {
+            let session = shared.session();
+            if session.generation == generation {
+                shared.mark_held(session, node, self.name.kind(), &self.owner);
+            }
             Woken::Granted {
                 fencing_token: node.token,
                 since,
@@ -122,8 +144,11 @@ impl ReleaseWaiter for SequentialWaiter {
                     {
                         // The node ahead was first in line: nobody can come before us now.
                         let generation = self.shared.state().generation;
+                        WATCH_GRANTS.fetch_add(1, Ordering::Relaxed);
                         return self.granted(&node, generation);
                     }
+                    // Any other change (the node ahead deleted while others were ahead of
+                    // it, or marked as granted): look at the line again.
                     if event.event_type == zk::EventType::Session {
                         return Woken::Retry;
                     }
