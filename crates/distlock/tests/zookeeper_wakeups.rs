@@ -73,13 +73,27 @@ async fn the_naive_lock_wakes_every_waiter() {
     eprintln!("naive: {notifications} notifications for {releases} releases");
 }
 
+/// The number of contenders' nodes under the lock node of `name` (default base).
+async fn queued(raw: &zookeeper_client::Client, name: &str) -> usize {
+    let path = format!("/distlock/locks/{}", name.replace('/', "%2F"));
+    raw.list_children(&path)
+        .await
+        .map_or(0, |children| children.len())
+}
+
 /// A waiter queued behind another waiter is granted on its watch alone: the waiter ahead,
 /// granted when the holder released, marks its node, which sends the one behind to look at
 /// the line while it holds; its release is then the last thing the one behind waits for, and
-/// the handoff is one write (the delete) and one notification, with no look after it.
+/// the handoff is one write (the delete) and one notification, with no look after it. (The
+/// counters are per process: nextest runs each test in a process of its own.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_behind_a_waiter_is_granted_on_its_watch_alone() {
     let url = standalone();
+    let server = url.split_once("://").map_or("", |(_, rest)| rest);
+    let raw = zookeeper_client::Client::connector()
+        .connect(server.split(['/', '?', ',']).next().unwrap_or_default())
+        .await
+        .expect("raw ZooKeeper client");
     let name = unique("watch_grant");
     let holder = distlock::connect(&url).await.unwrap();
     let held = holder
@@ -88,19 +102,39 @@ async fn a_waiter_behind_a_waiter_is_granted_on_its_watch_alone() {
         .acquire()
         .await
         .unwrap();
+    let notified = distlock::hooks::zookeeper_watch_notifications;
+    let before = (notified(), distlock::hooks::zookeeper_watch_grants());
     let mut waiters = Vec::new();
-    for hold in [Duration::from_millis(300), Duration::ZERO] {
+    for first in [true, false] {
         let locks = distlock::connect(&url).await.unwrap();
-        let name = name.clone();
+        let mutex = locks.mutex(name.as_str()).unwrap();
         waiters.push(tokio::spawn(async move {
-            let guard = locks.mutex(name).unwrap().acquire().await.unwrap();
-            tokio::time::sleep(hold).await;
+            let guard = mutex.acquire().await.unwrap();
+            if first {
+                // Hold until the mark has woken the waiter behind (the holder's release woke
+                // this one), and that one has looked and watched again.
+                let marked = async {
+                    while notified() < before.0 + 2 {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                };
+                // Without a mark nothing comes: the assertion below says so.
+                let _ = tokio::time::timeout(Duration::from_secs(3), marked).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
             guard.release().await.unwrap();
         }));
         // Queued, and watching the node ahead, before the next one comes.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let nodes = waiters.len() + 1;
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while queued(&raw, &name).await < nodes {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("a waiter did not queue within 10 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let before = distlock::hooks::zookeeper_watch_grants();
     held.release().await.unwrap();
     tokio::time::timeout(Duration::from_secs(10), async {
         for waiter in waiters {
@@ -112,7 +146,7 @@ async fn a_waiter_behind_a_waiter_is_granted_on_its_watch_alone() {
     // The first waiter watched the holder (first in line); the second watched the first
     // waiter, which was not first in line when the second queued.
     assert_eq!(
-        distlock::hooks::zookeeper_watch_grants() - before,
+        distlock::hooks::zookeeper_watch_grants() - before.1,
         2,
         "a waiter looked at the line after its predecessor's release"
     );

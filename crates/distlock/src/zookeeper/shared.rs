@@ -332,12 +332,13 @@ impl Shared {
         true
     }
 
-    /// Tells the waiter behind `node`, just granted after standing behind others, that it is
-    /// first in line now (not sent for a node first in line at once, as uncontended): a `setData` of the node (its data unchanged) fires that waiter's watch, so the
-    /// waiter looks at the line while we hold and then takes our release alone as its grant,
-    /// with no look after it. Sent in the background: the grant does not wait for it, and a
-    /// mark sent after our release finds no node. Only for the kinds whose waiter behind
-    /// waits for everything ahead (a reader behind looks at the line anyway).
+    /// Tells the waiter behind `node`, just granted, that it is first in line now: a `setData`
+    /// of the node (its data unchanged) fires that waiter's watch, set while the node was not
+    /// yet first, so the waiter looks at the line while we hold and then takes our release
+    /// alone as its grant, with no look after it. One more write per grant that may have a
+    /// waiter behind, sent in the background (the grant does not wait for it; a mark sent
+    /// after our release finds no node). Only for the mutex: the nodes behind a writer are
+    /// often readers, which look at the line after any change anyway.
     pub(super) fn mark_held(
         &self,
         session: Arc<Session>,
@@ -345,13 +346,18 @@ impl Shared {
         kind: &LockKind,
         owner: &Owner,
     ) {
-        if !matches!(kind, LockKind::Exclusive | LockKind::Write) {
+        if !matches!(kind, LockKind::Exclusive) {
             return;
         }
-        let (path, data) = (node.path.clone(), Self::node_data(owner));
+        let (path, data) = (node.path.clone(), recipes::data(kind, owner));
+        let limit = self.url.session_timeout;
         tokio::spawn(async move {
-            if let Err(error) = session.client.set_data(&path, &data, None).await {
-                tracing::debug!(%error, "marking a granted node failed (released already?)");
+            match tokio::time::timeout(limit, session.client.set_data(&path, &data, None)).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "marking a granted node failed (released already?)");
+                }
+                Err(_) => tracing::debug!("marking a granted node timed out"),
             }
         });
     }
@@ -386,8 +392,8 @@ impl Shared {
         {
             return Ok(Acquired::Held { ttl: None });
         }
-        // A node made by an earlier attempt has stood behind others: a waiter may be watching
-        // it without knowing it is first now (see `mark_held`).
+        // A node made by an earlier attempt has stood behind others: a waiter behind it may be
+        // watching it without knowing it is first now (see `mark_held`).
         let waited = queued_node.is_some();
         let node = match queued_node {
             Some(node) => node,
@@ -434,7 +440,8 @@ impl Shared {
         match position {
             Some(at) if recipes::blocker(name.kind(), &line, at).is_none() => {
                 if self.record_grant(name, owner, &node, lease, session.generation, waiter) {
-                    if waited {
+                    // Uncontended (nobody behind, never behind anyone): no mark.
+                    if waited || line.len() > at + 1 {
                         self.mark_held(session.clone(), &node, name.kind(), owner);
                     }
                     return Ok(Acquired::Granted {

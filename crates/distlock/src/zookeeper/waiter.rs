@@ -63,8 +63,9 @@ impl SequentialWaiter {
             .and_then(|queued| queued.node.clone())
     }
 
-    /// Takes the lock with our node, now first in line.
-    fn granted(&self, node: &Node, generation: u64) -> Woken {
+    /// Takes the lock with our node, now first in line; `mark` when a waiter behind may not
+    /// know it yet (see `Shared::mark_held`).
+    fn granted(&self, node: &Node, generation: u64, mark: bool) -> Woken {
         let since = Instant::now();
         let shared = &self.shared;
         if shared.record_grant(
@@ -76,7 +77,7 @@ impl SequentialWaiter {
             Some(self.id),
         ) {
             let session = shared.session();
-            if session.generation == generation {
+            if mark && session.generation == generation {
                 shared.mark_held(session, node, self.name.kind(), &self.owner);
             }
             Woken::Granted {
@@ -119,7 +120,7 @@ impl ReleaseWaiter for SequentialWaiter {
                 return Woken::Retry;
             };
             let Some(before) = recipes::blocker(self.name.kind(), &line, at) else {
-                return self.granted(&node, session.generation);
+                return self.granted(&node, session.generation, line.len() > at + 1);
             };
             let predecessor = format!("{}/{}", self.lock, line[before]);
             let watcher = match session.client.check_and_watch_stat(&predecessor).await {
@@ -143,9 +144,13 @@ impl ReleaseWaiter for SequentialWaiter {
                         && recipes::last_blocker(self.name.kind(), before)
                     {
                         // The node ahead was first in line: nobody can come before us now.
+                        // A node may have queued behind us since our look: mark anyway.
                         let generation = self.shared.state().generation;
-                        WATCH_GRANTS.fetch_add(1, Ordering::Relaxed);
-                        return self.granted(&node, generation);
+                        let woken = self.granted(&node, generation, true);
+                        if matches!(woken, Woken::Granted { .. }) {
+                            WATCH_GRANTS.fetch_add(1, Ordering::Relaxed);
+                        }
+                        return woken;
                     }
                     // Any other change (the node ahead deleted while others were ahead of
                     // it, or marked as granted): look at the line again.
