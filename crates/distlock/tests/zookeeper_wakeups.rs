@@ -18,17 +18,18 @@ fn unique(case: &str) -> String {
     format!("zk/{case}/{}", uuid::Uuid::new_v4().simple())
 }
 
+/// A client of its own holding `name`: the holder the waiters queue behind.
+async fn hold(url: &str, name: &str) -> (distlock::Locks, distlock::Guard) {
+    let holder = distlock::connect(url).await.unwrap();
+    let held = holder.mutex(name).unwrap().acquire().await.unwrap();
+    (holder, held)
+}
+
 /// Waiters on the sequential lock are woken one per release (and once more per grant after
 /// waiting); on the naive lock every waiter is woken by every release (the herd).
 async fn notifications_for(url: &str, waiters: usize) -> (u64, u64) {
     let name = unique("herd");
-    let holder = distlock::connect(url).await.unwrap();
-    let held = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let (_holder, held) = hold(url, &name).await;
     let mut tasks = Vec::new();
     for _ in 0..waiters {
         let locks = distlock::connect(url).await.unwrap();
@@ -95,13 +96,7 @@ async fn a_waiter_behind_a_waiter_is_granted_on_its_watch_alone() {
         .await
         .expect("raw ZooKeeper client");
     let name = unique("watch_grant");
-    let holder = distlock::connect(&url).await.unwrap();
-    let held = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let (_holder, held) = hold(&url, &name).await;
     let notified = distlock::hooks::zookeeper_watch_notifications;
     let before = (notified(), distlock::hooks::zookeeper_watch_grants());
     let mut waiters = Vec::new();

@@ -332,36 +332,6 @@ impl Shared {
         true
     }
 
-    /// Tells the waiter behind `node`, just granted, that it is first in line now: a `setData`
-    /// of the node (its data unchanged) fires that waiter's watch, set while the node was not
-    /// yet first, so the waiter looks at the line while we hold and then takes our release
-    /// alone as its grant, with no look after it. One more write per grant that may have a
-    /// waiter behind, sent in the background (the grant does not wait for it; a mark sent
-    /// after our release finds no node). Only for the mutex: the nodes behind a writer are
-    /// often readers, which look at the line after any change anyway.
-    pub(super) fn mark_held(
-        &self,
-        session: Arc<Session>,
-        node: &Node,
-        kind: &LockKind,
-        owner: &Owner,
-    ) {
-        if !matches!(kind, LockKind::Exclusive) {
-            return;
-        }
-        let (path, data) = (node.path.clone(), recipes::data(kind, owner));
-        let limit = self.url.session_timeout;
-        tokio::spawn(async move {
-            match tokio::time::timeout(limit, session.client.set_data(&path, &data, None)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "marking a granted node failed (released already?)");
-                }
-                Err(_) => tracing::debug!("marking a granted node timed out"),
-            }
-        });
-    }
-
     pub(super) async fn try_acquire_sequential(
         &self,
         name: &LockName,
@@ -393,7 +363,7 @@ impl Shared {
             return Ok(Acquired::Held { ttl: None });
         }
         // A node made by an earlier attempt has stood behind others: a waiter behind it may be
-        // watching it without knowing it is first now (see `mark_held`).
+        // watching it without knowing it is first now (see `Shared::mark_held`).
         let waited = queued_node.is_some();
         let node = match queued_node {
             Some(node) => node,
