@@ -82,6 +82,8 @@ pub struct Target {
     url: Option<String>,
     open: Arc<Open>,
     _keep: Option<Arc<dyn Any + Send + Sync>>,
+    /// At most this many locks held at once ([`Target::holding_at_most`]).
+    held_at_most: Option<usize>,
 }
 
 impl Target {
@@ -97,6 +99,17 @@ impl Target {
                 Box::pin(async move { crate::open_backend(&url).await })
             }),
             _keep: None,
+            held_at_most: None,
+        }
+    }
+
+    /// A backend that holds at most `locks` locks at once across its clients (each lock in a
+    /// server connection of its own, through a pooler with that many): the cases that hold
+    /// thousands hold that many instead.
+    pub fn holding_at_most(self, locks: usize) -> Self {
+        Target {
+            held_at_most: Some(locks.max(1)),
+            ..self
         }
     }
 
@@ -121,6 +134,7 @@ impl Target {
             url: None,
             open: Arc::new(move || Box::pin(open())),
             _keep: None,
+            held_at_most: None,
         }
     }
 

@@ -59,10 +59,12 @@ use async_trait::async_trait;
 mod advisory;
 mod published;
 mod setup;
+mod xact;
 
 use self::setup::{make_tables, open_pool};
 
 pub use self::advisory::{PgAdvisory, PgAdvisoryBackend, advisory_key};
+pub use self::xact::{PgXact, PgXactBackend};
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
 use tokio::sync::{oneshot, watch};
@@ -198,6 +200,10 @@ pub enum Mode {
     Advisory,
     /// The table-record lock, with LISTEN/NOTIFY wake-up (`?mode=table`).
     Table,
+    /// Transaction-scoped advisory locks, each in a transaction its connection keeps open
+    /// while it is held (`?mode=transaction`): for a server reached through a pooler in
+    /// transaction mode, such as PgBouncer's `pool_mode = transaction`.
+    Transaction,
 }
 
 /// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
@@ -213,8 +219,9 @@ pub(crate) fn connect_options(url: &str) -> Result<PgConnectOptions> {
 /// Splits `?mode=` off a `postgres://` URL.
 fn parse_url(url: &str) -> Result<(PgConnectOptions, Mode)> {
     let (base, query) = crate::scheme::Query::parse(url)?;
-    let mode = match query.choice("mode", &["advisory", "table"])? {
+    let mode = match query.choice("mode", &["advisory", "table", "transaction"])? {
         "table" => Mode::Table,
+        "transaction" => Mode::Transaction,
         _ => Mode::Advisory,
     };
     let url = query.driver_url(&base.replacen("postgresql://", "postgres://", 1));
@@ -243,7 +250,16 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
             let pool = open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
             Ok(Arc::new(PgAdvisoryBackend::with_pool(options, pool)))
         }
+        Mode::Transaction => transaction_backend(options).await,
     }
+}
+
+/// Transaction-scoped advisory locks over the server `options` name (or a pooler in front of
+/// it), with an operator's pool whose statements a pooler in transaction mode passes.
+async fn transaction_backend(options: PgConnectOptions) -> Result<Arc<dyn Backend>> {
+    let options = xact::pooler_options(options);
+    let pool = open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
+    Ok(Arc::new(PgXactBackend::with_pool(options, pool)))
 }
 
 /// The backend of `mode` for the database of a pool the application already has. The
@@ -280,6 +296,7 @@ pub async fn from_pool(pool: PgPool, mode: Mode) -> Result<Arc<dyn Backend>> {
             let own = open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
             Ok(Arc::new(PgAdvisoryBackend::with_pool(options, own)))
         }
+        Mode::Transaction => transaction_backend((*pool.connect_options()).clone()).await,
     }
 }
 
@@ -293,7 +310,7 @@ impl PostgresBackend {
     pub async fn connect(url: &str) -> Result<Self> {
         match parse_url(url)? {
             (options, Mode::Table) => Self::connect_with(options).await,
-            (_, Mode::Advisory) => Err(Error::invalid(
+            (_, Mode::Advisory | Mode::Transaction) => Err(Error::invalid(
                 "URL",
                 format!("{url:?}: the table-record lock needs ?mode=table"),
             )),
@@ -518,15 +535,15 @@ impl Backend for PostgresBackend {
     }
 
     async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
-        published::publish(&self.pool, key, record).await
+        published::publish(&self.pool, true, key, record).await
     }
 
     async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
-        published::read(&self.pool, key).await
+        published::read(&self.pool, true, key).await
     }
 
     async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
-        published::withdraw(&self.pool, key, term).await
+        published::withdraw(&self.pool, true, key, term).await
     }
 }
 

@@ -107,6 +107,13 @@ pub trait Dialect: Send + Sync + 'static {
     type Key: Clone + Eq + Hash + Send + Sync + fmt::Debug + 'static;
     /// The URL scheme, for errors.
     const SCHEME: &'static str;
+    /// True when a session holds at most one lock at a time (a transaction's locks end
+    /// together): every acquisition then takes a connection of its own.
+    const ONE_LOCK_PER_SESSION: bool = false;
+    /// True when a dropped waiter's statement is stopped by closing its connection, which the
+    /// server notices, instead of by [`Dialect::cancel`] (a session that a pooler may hand to
+    /// another client next has no id to cancel by).
+    const CANCEL_BY_CLOSING: bool = false;
 
     /// True when the database keeps locks of `kind` ([`Backend::supports`]); the key of such
     /// a name ([`Dialect::key`]) says its mode to every statement.
@@ -336,10 +343,11 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         let key = D::key(name);
         // A reader's or writer's lock takes a session of its own: a session never conflicts
         // with itself, so a reader and a writer (or a mutex) of one name on one session would
-        // both be granted. An exclusive lock takes an idle connection when one is kept (a
+        // both be granted; so does every lock where a session holds one at most
+        // (`Dialect::ONE_LOCK_PER_SESSION`). An exclusive lock takes an idle connection when one is kept (a
         // failed try leaves it for the waiter that follows), else the primary: a client whose
         // tries and waits take turns keeps one lock connection.
-        let own_session = !name.kind().is_exclusive();
+        let own_session = D::ONE_LOCK_PER_SESSION || !name.kind().is_exclusive();
         let idle = if own_session {
             None
         } else {

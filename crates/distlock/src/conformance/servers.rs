@@ -98,6 +98,13 @@ pub const POSTGRES: Server = Server {
     default: "postgres://postgres:postgres@127.0.0.1:5432/test",
 };
 
+/// PgBouncer in transaction mode in front of [`POSTGRES`], for `?mode=transaction`.
+pub const PGBOUNCER: Server = Server {
+    what: "PgBouncer (transaction mode)",
+    variable: "DISTLOCK_PGBOUNCER_URL",
+    default: "postgres://postgres:postgres@127.0.0.1:6432/test",
+};
+
 /// The MySQL/MariaDB database.
 pub const MYSQL: Server = Server {
     what: "MySQL/MariaDB",
@@ -117,6 +124,7 @@ pub const ALL: &[Server] = &[
     ETCD,
     ETCD_CLUSTER,
     POSTGRES,
+    PGBOUNCER,
     MYSQL,
 ];
 

@@ -58,20 +58,20 @@ WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pi
 
 /// The sessions holding `key` in this database (advisory keys are per database; another
 /// database's sessions holding the same key hold another lock).
-const HOLDERS: &str = "
+pub(super) const HOLDERS: &str = "
 SELECT pid FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND ((classid::bigint << 32) | objid::bigint) = $1";
 
 /// Every advisory key (bigint form) some session holds now in this database, in either mode.
-const HELD_KEYS: &str = "
+pub(super) const HELD_KEYS: &str = "
 SELECT DISTINCT (classid::bigint << 32) | objid::bigint FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
 /// The names ever granted through distlock that start with `$1`, in byte order.
-const NAMES_UNDER: &str = r#"
+pub(super) const NAMES_UNDER: &str = r#"
 SELECT name FROM distlock_fencing WHERE starts_with(name, $1) ORDER BY name COLLATE "C""#;
 
 /// The advisory locks' fencing tokens: one sequence for every name, so that a grant writes
@@ -88,12 +88,14 @@ const TOKEN_SEQUENCE: &[&str] = &[
 /// Makes the token sequence if it is missing, in the schema transaction `tx`.
 pub(super) async fn make_token_sequence(tx: &mut sqlx::PgConnection) -> Result<()> {
     let (exists,): (bool,) = sqlx::query_as("SELECT to_regclass('distlock_token_seq') IS NOT NULL")
+        .persistent(false)
         .fetch_one(&mut *tx)
         .await
         .map_err(db_error("create the tables"))?;
     if !exists {
         for statement in TOKEN_SEQUENCE {
             sqlx::query(statement)
+                .persistent(false)
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error("create the token sequence"))?;
@@ -114,8 +116,18 @@ pub fn advisory_key(name: &str) -> i64 {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct AdvisoryLock {
-    key: i64,
-    shared: bool,
+    pub(super) key: i64,
+    pub(super) shared: bool,
+}
+
+impl AdvisoryLock {
+    /// The lock of `name`: its key, shared for a reader of a reader-writer lock.
+    pub(super) fn of(name: &LockName) -> Self {
+        AdvisoryLock {
+            key: advisory_key(name.as_str()),
+            shared: matches!(name.kind(), LockKind::Read),
+        }
+    }
 }
 
 /// The PostgreSQL side of session locks: connection options for lock connections and a pool
@@ -170,10 +182,7 @@ impl Dialect for PgAdvisory {
     }
 
     fn key(name: &LockName) -> AdvisoryLock {
-        AdvisoryLock {
-            key: advisory_key(name.as_str()),
-            shared: matches!(name.kind(), LockKind::Read),
-        }
+        AdvisoryLock::of(name)
     }
 
     async fn open(&self) -> Result<(PgConnection, u64)> {
@@ -366,15 +375,15 @@ impl Dialect for PgAdvisory {
             .map_err(db_error("ping"))
     }
     async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
-        super::published::publish(&self.pool, key, record).await
+        super::published::publish(&self.pool, true, key, record).await
     }
 
     async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
-        super::published::read(&self.pool, key).await
+        super::published::read(&self.pool, true, key).await
     }
 
     async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
-        super::published::withdraw(&self.pool, key, term).await
+        super::published::withdraw(&self.pool, true, key, term).await
     }
 }
 

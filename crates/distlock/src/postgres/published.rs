@@ -3,7 +3,7 @@
 //! upsert that keeps the larger term; a withdrawn record keeps its row and term with an empty
 //! holder.
 
-use sqlx::postgres::PgPool;
+use sqlx::postgres::PgExecutor;
 
 use super::{db_error, token_u64};
 use crate::backend::Published;
@@ -35,40 +35,55 @@ fn record((term, value, holder): (i64, String, String)) -> Published {
     Published::new(token_u64(term), value, holder)
 }
 
-pub(crate) async fn publish(
-    pool: &PgPool,
+/// The statements below run on `on` as prepared statements kept by the connection when
+/// `persistent`, else as unnamed ones (through a pooler in transaction mode, in a transaction).
+pub(crate) async fn publish<'c>(
+    on: impl PgExecutor<'c>,
+    persistent: bool,
     key: &LockName,
     published: &Published,
 ) -> Result<Published> {
     sqlx::query_as(PUBLISH)
+        .persistent(persistent)
         .bind(key.as_str())
         .bind(term_i64(published.term))
         .bind(&published.value)
         .bind(&published.holder)
-        .fetch_one(pool)
+        .fetch_one(on)
         .await
         .map(record)
         .map_err(db_error("publish"))
 }
 
-pub(crate) async fn read(pool: &PgPool, key: &LockName) -> Result<Option<Published>> {
+pub(crate) async fn read<'c>(
+    on: impl PgExecutor<'c>,
+    persistent: bool,
+    key: &LockName,
+) -> Result<Option<Published>> {
     let row: Option<(i64, String, String)> =
         sqlx::query_as("SELECT term, value, holder FROM distlock_published WHERE name = $1")
+            .persistent(persistent)
             .bind(key.as_str())
-            .fetch_optional(pool)
+            .fetch_optional(on)
             .await
             .map_err(db_error("read the published record"))?;
     Ok(row.map(record).and_then(Published::live))
 }
 
-pub(crate) async fn withdraw(pool: &PgPool, key: &LockName, term: u64) -> Result<bool> {
+pub(crate) async fn withdraw<'c>(
+    on: impl PgExecutor<'c>,
+    persistent: bool,
+    key: &LockName,
+    term: u64,
+) -> Result<bool> {
     let done = sqlx::query(
         "UPDATE distlock_published SET value = '', holder = ''
          WHERE name = $1 AND term = $2 AND holder <> ''",
     )
+    .persistent(persistent)
     .bind(key.as_str())
     .bind(term_i64(term))
-    .execute(pool)
+    .execute(on)
     .await
     .map_err(db_error("withdraw"))?;
     Ok(done.rows_affected() > 0)

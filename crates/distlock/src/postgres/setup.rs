@@ -64,7 +64,10 @@ pub(super) async fn make_tables(conn: &mut sqlx::PgConnection) -> Result<()> {
         .await
         .map_err(db_error("create the tables"))?;
     for statement in SCHEMA {
+        // Unnamed statements: a pooler in transaction mode may give the next transaction
+        // another server connection, where a named one would be missing or taken.
         sqlx::query(statement)
+            .persistent(false)
             .execute(&mut *tx)
             .await
             .map_err(db_error("create the tables"))?;

@@ -329,7 +329,8 @@ impl<D: Dialect> Shared<D> {
             self.unlock_failed_now(idle, key.clone()).await;
         }
         tracing::debug!(%error, "a try on an idle lock connection failed; trying the primary");
-        self.try_on_connection(name, key, false).await
+        self.try_on_connection(name, key, D::ONE_LOCK_PER_SESSION)
+            .await
     }
 
     /// One try of `key` for `name`: on the primary connection, or (`own_session`) on an idle

@@ -23,6 +23,9 @@ pub(super) struct Pending<D: Dialect> {
     answer: oneshot::Receiver<Outcome<D>>,
     /// The session running the statement, 0 when none is.
     session: Arc<AtomicU64>,
+    /// Told when the waiter is dropped, for a dialect that stops the statement by closing its
+    /// connection ([`Dialect::CANCEL_BY_CLOSING`]): the task holds the connection.
+    dropped: Arc<Notify>,
 }
 
 pub(super) struct SessionWaiter<D: Dialect> {
@@ -40,8 +43,10 @@ impl<D: Dialect> SessionWaiter<D> {
         let shared = self.shared.clone();
         let name = self.name.clone();
         let task_session = session.clone();
+        let dropped = Arc::new(Notify::new());
+        let task_dropped = dropped.clone();
         tokio::spawn(async move {
-            let outcome = blocking_attempt(&shared, &name, max, &task_session).await;
+            let outcome = blocking_attempt(&shared, &name, max, &task_session, &task_dropped).await;
             let granted = match &outcome {
                 Outcome::Granted { conn, .. } => Some(conn.clone()),
                 _ => None,
@@ -66,7 +71,11 @@ impl<D: Dialect> SessionWaiter<D> {
             }
             drop(reset);
         });
-        self.pending.insert(Pending { answer, session })
+        self.pending.insert(Pending {
+            answer,
+            session,
+            dropped,
+        })
     }
 }
 
@@ -75,6 +84,7 @@ async fn blocking_attempt<D: Dialect>(
     name: &LockName,
     max: Duration,
     session: &AtomicU64,
+    dropped: &Notify,
 ) -> Outcome<D> {
     let start = Instant::now();
     // When every waiting statement is taken (by waiters of locks that may be held by the
@@ -113,7 +123,21 @@ async fn blocking_attempt<D: Dialect>(
     let key = D::key(name);
     let result = {
         let mut c = conn.conn.lock().await;
-        shared.dialect.lock_waiting(&mut c, &key, name, max).await
+        let waiting = shared.dialect.lock_waiting(&mut c, &key, name, max);
+        if D::CANCEL_BY_CLOSING {
+            tokio::select! {
+                result = waiting => result,
+                () = dropped.notified() => {
+                    // The statement is left unfinished: the connection closes with this task's
+                    // handle (its only one), and the server drops the wait, or a grant that
+                    // landed meanwhile, when it sees the connection gone.
+                    conn.given_up.store(true, Ordering::SeqCst);
+                    return Outcome::TimedOut;
+                }
+            }
+        } else {
+            waiting.await
+        }
     };
     // Done with the statement: a waiter that gives up from now on has nothing to cancel.
     if session.swap(0, Ordering::SeqCst) == DROPPED {
@@ -151,6 +175,10 @@ impl<D: Dialect> Drop for SessionWaiter<D> {
         };
         // Stop the blocked statement; a grant that lands anyway is given back by the task.
         let session = pending.session.swap(DROPPED, Ordering::SeqCst);
+        if D::CANCEL_BY_CLOSING {
+            pending.dropped.notify_one();
+            return;
+        }
         if session != 0
             && session != DROPPED
             && let Ok(runtime) = tokio::runtime::Handle::try_current()

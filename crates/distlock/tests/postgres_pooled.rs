@@ -1,0 +1,197 @@
+//! PostgreSQL's transaction-scoped advisory locks (`?mode=transaction`) through PgBouncer in
+//! transaction mode, the real pooler `scripts/test` starts in front of the real server: the
+//! conformance and wire-fault suites, the server's own queue order, a killed holder, a
+//! dropped waiter leaving the server's queue, and more waiting clients than the pooler has
+//! server connections.
+
+use std::time::Duration;
+
+use distlock::conformance::{Target, servers};
+
+/// Through the pooler.
+fn pooled() -> String {
+    servers::with_query(&servers::PGBOUNCER.url(), "mode=transaction")
+}
+
+/// Straight to the server, for looking at its lock table.
+async fn admin() -> sqlx::PgPool {
+    sqlx::PgPool::connect(&servers::POSTGRES.url())
+        .await
+        .unwrap()
+}
+
+/// The pooler keeps 40 server connections, shared by the tests that run at once: a case that
+/// holds thousands of locks holds 10.
+fn target() -> Target {
+    Target::new(pooled()).holding_at_most(10)
+}
+
+distlock::conformance_suite!(postgres_transaction, target());
+distlock::wire_fault_suite!(postgres_transaction_wire, Target::new(pooled()));
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_transaction_waiters_are_granted_by_the_server() {
+    distlock::conformance::fair_waiters_are_served_in_order(&Target::new(pooled())).await;
+}
+
+/// The server's entries for the advisory key of `name`: (granted, waiting).
+async fn entries(admin: &sqlx::PgPool, name: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted)
+         FROM pg_locks
+         WHERE locktype = 'advisory' AND objsubid = 1
+           AND ((classid::bigint << 32) | objid::bigint) = $1",
+    )
+    .bind(distlock::postgres::advisory_key(name))
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
+/// Polls `entries` until `done` holds, for at most `max`.
+async fn until(
+    admin: &sqlx::PgPool,
+    name: &str,
+    max: Duration,
+    done: impl Fn((i64, i64)) -> bool,
+) -> (i64, i64) {
+    let deadline = tokio::time::Instant::now() + max;
+    loop {
+        let now = entries(admin, name).await;
+        if done(now) || tokio::time::Instant::now() >= deadline {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn unique(what: &str) -> String {
+    format!("pgx/{what}/{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Promise 4: a waiter dropped while its statement waits in the server leaves nothing behind.
+/// Its connection closes, the pooler closes the server connection it had, and the server
+/// drops the wait; the lock, released afterwards, is held by nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise4_a_dropped_waiter_leaves_the_servers_queue() {
+    let admin = admin().await;
+    let locks = distlock::connect(&pooled()).await.unwrap();
+    let name = unique("dropped");
+    let held = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    let waiter_locks = distlock::connect(&pooled()).await.unwrap();
+    let waiter_name = name.clone();
+    let waiter = tokio::spawn(async move {
+        let mutex = waiter_locks.mutex(waiter_name.as_str()).unwrap();
+        mutex
+            .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(60)))
+            .await
+    });
+    let queued = until(&admin, &name, Duration::from_secs(10), |(_, w)| w == 1).await;
+    assert_eq!(queued, (1, 1), "the waiter never queued in the server");
+
+    waiter.abort();
+    let _ = waiter.await;
+    let after = until(&admin, &name, Duration::from_secs(3), |(_, w)| w == 0).await;
+    assert_eq!(
+        after,
+        (1, 0),
+        "the dropped waiter stayed in the server's queue"
+    );
+
+    held.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        entries(&admin, &name).await,
+        (0, 0),
+        "someone holds the lock"
+    );
+}
+
+/// Promise 2 as session locks keep it: an administrator who ends the backend holding the lock
+/// frees it at once (another client gets it with a larger token), and the holder's `lost()`
+/// fires at its next check. The pooler closes the holder's client connection with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise2_a_killed_backend_frees_the_lock_and_fires_lost() {
+    let admin = admin().await;
+    let holder = distlock::connect_with(
+        &pooled(),
+        distlock::ConnectOptions::new().lease(Duration::from_millis(600)),
+    )
+    .await
+    .unwrap();
+    let name = unique("killed");
+    let guard = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let rival = distlock::connect(&pooled()).await.unwrap();
+    let mutex = rival.mutex(name.as_str()).unwrap();
+    assert!(mutex.try_acquire().await.unwrap().is_none());
+
+    let killed: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks
+         WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+           AND ((classid::bigint << 32) | objid::bigint) = $1",
+    )
+    .bind(distlock::postgres::advisory_key(&name))
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![(true,)], "exactly one backend held the lock");
+
+    let granted = mutex
+        .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
+        .await
+        .expect("the lock of the killed backend was not freed");
+    assert!(granted.fencing_token() > guard.fencing_token());
+    let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
+        .await
+        .expect("lost() did not fire after the backend was killed");
+    assert!(lost.is_lock_lost());
+    granted.release().await.unwrap();
+}
+
+/// More clients wait than the pooler has server connections (60 against its 40): those
+/// without one wait in the pooler, holding no server connection, and every client is granted
+/// in turn, each grant alone (promise 1) with a larger token than the one before (promise 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn promise1_more_waiting_clients_than_server_connections_are_all_served() {
+    const CLIENTS: usize = 60;
+    let name = unique("fleet");
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tokens = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for _ in 0..CLIENTS {
+        let (name, inside, tokens) = (name.clone(), inside.clone(), tokens.clone());
+        tasks.push(tokio::spawn(async move {
+            let locks = distlock::connect(&pooled()).await.unwrap();
+            let guard = locks
+                .mutex(name.as_str())
+                .unwrap()
+                .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(60)))
+                .await
+                .unwrap();
+            let others = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokens.lock().unwrap().push(guard.fencing_token());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            guard.release().await.unwrap();
+            others
+        }));
+    }
+    for task in tasks {
+        let others = tokio::time::timeout(Duration::from_secs(90), task)
+            .await
+            .expect("a client was not served in 90 s")
+            .unwrap();
+        assert_eq!(others, 0, "two clients held the lock at once");
+    }
+    let tokens = tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), CLIENTS);
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "tokens did not grow with every grant: {tokens:?}"
+    );
+}
