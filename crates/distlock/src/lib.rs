@@ -46,6 +46,7 @@
 //! | `zk://h1:2181,h2:2181/base/path` | ZooKeeper sequential-node lock (Curator-compatible), one watch per waiter | `zookeeper` | in arrival order | when its session times out (`?session_timeout=`, 10 s) |
 //! | `postgres://user@host:5432/db` (or `postgresql://`) | PostgreSQL session advisory locks, each on a connection the lock owns | `postgres` | in the server's queue order | when its connection closes |
 //! | `postgres://user@host:5432/db?mode=table` | table-record lock in a PostgreSQL table, LISTEN/NOTIFY wake-up | `postgres` | first to ask after the release | when the lease ends |
+//! | `postgres://user@pooler:6432/db?mode=transaction` | PostgreSQL transaction-scoped advisory locks, each in a transaction its connection keeps open: works through PgBouncer in transaction mode | `postgres` | in the server's queue order | when its transaction ends |
 //! | `zk+naive://h1:2181/` | one ephemeral node that every waiter watches (the herd effect, for comparison) | `zookeeper` | first to ask after the release | when its session times out |
 //! | `etcd://h1:2379,h2:2379/prefix` | etcd lease-and-revision lock (the layout of etcd's `concurrency.Mutex` and `etcdctl lock`), one watch per waiter | `etcd` | in arrival order | when the client's etcd lease runs out (`?lease_ttl=`, 10 s) |
 //! | `mysql://user@host:3306/db` (or `mariadb://`) | MySQL/MariaDB named locks (`GET_LOCK`), each on a connection the lock owns | `mysql` | in the server's order | when its connection closes |

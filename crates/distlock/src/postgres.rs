@@ -1,5 +1,7 @@
 //! The PostgreSQL backend: session advisory locks (`postgres://user@host:5432/db`, the
-//! default) and the table-record lock (`...?mode=table`).
+//! default), the table-record lock (`...?mode=table`), and transaction-scoped advisory locks
+//! for a server behind a pooler in transaction mode (`...?mode=transaction`, see
+//! `postgres/xact.rs` and `docs/backends/postgres.md`).
 //!
 //! # Advisory locks (the default)
 //!

@@ -234,8 +234,9 @@ const fn concat_keys<const A: usize, const B: usize, const C: usize>(
 
 const POSTGRES_OPTIONS: &[UrlOption] = &[UrlOption {
     key: "mode",
-    values: "advisory|table",
-    meaning: "session advisory locks (advisory, the default) or a lock table with leases",
+    values: "advisory|table|transaction",
+    meaning: "session advisory locks (advisory, the default), a lock table with leases, or \
+              transaction-scoped advisory locks for a pooler in transaction mode (transaction)",
 }];
 
 const MYSQL_OPTIONS: &[UrlOption] = &[UrlOption {

@@ -245,7 +245,9 @@ mod tests {
         let url = "postgres://u@h/db?mode=table&sslmode=require&options[search_path]=x";
         let (base, query) = Query::parse(url).unwrap();
         assert_eq!(
-            query.choice("mode", &["advisory", "table"]).unwrap(),
+            query
+                .choice("mode", &["advisory", "table", "transaction"])
+                .unwrap(),
             "table"
         );
         assert_eq!(
