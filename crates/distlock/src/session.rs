@@ -154,6 +154,16 @@ pub trait Dialect: Send + Sync + 'static {
     async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>>;
     /// Ends a session; true when it existed.
     async fn terminate(&self, session: u64) -> Result<bool>;
+    /// Ends every session holding `key` ([`Backend::force_unlock`]); true when one ended. A
+    /// dialect whose sessions a pooler hands from client to client looks and ends in one
+    /// statement, so that it never ends a session that has moved on to another client.
+    async fn terminate_holders(&self, key: &Self::Key) -> Result<bool> {
+        let mut freed = false;
+        for session in self.holders(key).await? {
+            freed |= self.terminate(session).await?;
+        }
+        Ok(freed)
+    }
     /// Stops the statement a session runs: asked on `via` (an idle lock connection of the
     /// client) when given, else on the operator's pool. An error when it could not be asked
     /// (a session that has ended already is no error).
@@ -583,10 +593,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
 
     async fn force_unlock(&self, name: &LockName) -> Result<bool> {
         let shared = &self.shared;
-        let mut freed = false;
-        for session in shared.dialect.holders(&D::key(name)).await? {
-            freed |= shared.dialect.terminate(session).await?;
-        }
+        let freed = shared.dialect.terminate_holders(&D::key(name)).await?;
         // The server frees the locks when the terminated session has ended.
         if freed {
             let deadline = Instant::now() + Duration::from_secs(5);

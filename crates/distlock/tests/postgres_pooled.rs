@@ -195,3 +195,28 @@ async fn promise1_more_waiting_clients_than_server_connections_are_all_served() 
         "tokens did not grow with every grant: {tokens:?}"
     );
 }
+
+/// Promise 2: a hold is a transaction idle between statements, and a server whose sessions
+/// end idle transactions after 200 ms (`idle_in_transaction_session_timeout`, set here for the
+/// client's sessions, straight to the server) still keeps it: the lock's transaction turns
+/// that timeout off for itself. Without that, the server would free the lock unseen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise2_an_idle_transaction_timeout_does_not_end_a_hold() {
+    let strict = servers::with_query(
+        &servers::POSTGRES.url(),
+        "mode=transaction&options[idle_in_transaction_session_timeout]=200",
+    );
+    let locks = distlock::connect(&strict).await.unwrap();
+    let name = unique("idle-timeout");
+    let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!guard.is_lost(), "the hold was ended by the idle timeout");
+    let rival = distlock::connect(&pooled()).await.unwrap();
+    let mutex = rival.mutex(name.as_str()).unwrap();
+    assert!(
+        mutex.try_acquire().await.unwrap().is_none(),
+        "a rival took a lock that is held"
+    );
+    guard.release().await.unwrap();
+    assert!(mutex.try_acquire().await.unwrap().is_some());
+}

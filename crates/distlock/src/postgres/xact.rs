@@ -51,12 +51,21 @@ pub(crate) const CHECK_INTERVAL_MS: u32 = 50;
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 /// The advisory keys (bigint form, and whether shared) that this connection's open
-/// transaction holds. Outside a transaction (`now()` is then the statement's own start) none.
+/// transaction holds. Outside an explicit transaction (where `now()` is exactly the statement's
+/// own start) none; unequal rather than earlier, so that a clock stepped back changes nothing.
 const MY_KEYS: &str = "
 SELECT (classid::bigint << 32) | objid::bigint AS key, mode = 'ShareLock' AS shared
 FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pid()
-  AND now() < statement_timestamp()";
+  AND now() <> statement_timestamp()";
+
+/// Settings of a lock's transaction, sent in its first message: a held lock is a transaction
+/// idle between statements, which no idle or transaction timeout of the server may end
+/// (`transaction_timeout` exists from PostgreSQL 17 on).
+const HOLD_SETTINGS: &str = "
+SET LOCAL idle_in_transaction_session_timeout = 0;
+SELECT set_config('transaction_timeout', '0', true)
+WHERE current_setting('server_version_num')::int >= 170000;";
 
 /// `text` as an SQL expression that no setting of the server can misread: its UTF-8 bytes in
 /// hexadecimal.
@@ -78,9 +87,9 @@ async fn simple_raw(conn: &mut PgConnection, sql: &str) -> sqlx::Result<Vec<PgRo
     conn.fetch_all(sql).await
 }
 
-/// The first column of the first row, if any.
-fn first_i64(rows: &[PgRow]) -> Result<Option<i64>> {
-    match rows.first() {
+/// The first column of the last row (the last statement's answer), if any.
+fn last_i64(rows: &[PgRow]) -> Result<Option<i64>> {
+    match rows.last() {
         Some(row) => row
             .try_get::<Option<i64>, _>(0)
             .map_err(db_error("read a reply")),
@@ -177,11 +186,12 @@ impl Dialect for PgXact {
             "pg_try_advisory_xact_lock"
         };
         let sql = format!(
-            "BEGIN; SELECT CASE WHEN {function}({}) THEN nextval('distlock_token_seq') END",
+            "BEGIN; {HOLD_SETTINGS}
+             SELECT CASE WHEN {function}({}) THEN nextval('distlock_token_seq') END",
             key.key
         );
         let token = match simple(conn, &sql, "acquire").await {
-            Ok(rows) => first_i64(&rows)?,
+            Ok(rows) => last_i64(&rows)?,
             Err(error) => {
                 Self::rollback(conn).await?;
                 return Err(error);
@@ -211,7 +221,7 @@ impl Dialect for PgXact {
         };
         let timeout_ms = max.as_millis().clamp(1, i32::MAX as u128);
         let sql = format!(
-            "BEGIN;
+            "BEGIN; {HOLD_SETTINGS}
              SET LOCAL lock_timeout = {timeout_ms};
              SET LOCAL client_connection_check_interval = {CHECK_INTERVAL_MS};
              WITH l AS MATERIALIZED (SELECT {function}({}))
@@ -220,7 +230,7 @@ impl Dialect for PgXact {
         );
         let result = simple_raw(conn, &sql).await;
         match result {
-            Ok(rows) => match first_i64(&rows)? {
+            Ok(rows) => match last_i64(&rows)? {
                 Some(token) => Ok(Some(token_u64(token))),
                 None => {
                     Self::rollback(conn).await?;
@@ -250,7 +260,7 @@ impl Dialect for PgXact {
             key.key, key.shared
         );
         let rows = simple(conn, &sql, "unlock").await?;
-        Ok(first_i64(&rows)?.is_some_and(|held| held > 0))
+        Ok(last_i64(&rows)?.is_some_and(|held| held > 0))
     }
 
     async fn unlock_all(&self, conn: &mut PgConnection) -> Result<()> {
@@ -334,47 +344,40 @@ impl Dialect for PgXact {
         self.on_pool("SELECT 1", "ping").await.map(drop)
     }
 
+    // On the operator's pool, each in a transaction of its own (rolled back if dropped), as
+    // unnamed statements, which stay on the transaction's server connection.
     async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {
-        let mut conn = self.begin_on_pool("publish").await?;
-        let done = super::published::publish(&mut *conn, false, key, record).await;
-        end(conn, done, "publish").await
+        let mut tx = self.pool.begin().await.map_err(db_error("publish"))?;
+        let done = super::published::publish(&mut *tx, false, key, record).await?;
+        tx.commit().await.map_err(db_error("publish"))?;
+        Ok(done)
     }
 
     async fn read_published(&self, key: &LockName) -> Result<Option<Published>> {
-        let mut conn = self.begin_on_pool("read the published record").await?;
-        let done = super::published::read(&mut *conn, false, key).await;
-        end(conn, done, "read the published record").await
+        let what = "read the published record";
+        let mut tx = self.pool.begin().await.map_err(db_error(what))?;
+        let done = super::published::read(&mut *tx, false, key).await?;
+        tx.commit().await.map_err(db_error(what))?;
+        Ok(done)
     }
 
     async fn withdraw(&self, key: &LockName, term: u64) -> Result<bool> {
-        let mut conn = self.begin_on_pool("withdraw").await?;
-        let done = super::published::withdraw(&mut *conn, false, key, term).await;
-        end(conn, done, "withdraw").await
+        let mut tx = self.pool.begin().await.map_err(db_error("withdraw"))?;
+        let done = super::published::withdraw(&mut *tx, false, key, term).await?;
+        tx.commit().await.map_err(db_error("withdraw"))?;
+        Ok(done)
     }
-}
 
-type PoolConn = sqlx::pool::PoolConnection<sqlx::Postgres>;
-
-impl PgXact {
-    /// A connection of the operator's pool in a transaction just begun, for statements with
-    /// parameters (unnamed, so that they stay on the transaction's server connection).
-    async fn begin_on_pool(&self, what: &'static str) -> Result<PoolConn> {
-        let mut conn = self.pool.acquire().await.map_err(db_error(what))?;
-        simple(&mut conn, "BEGIN", what).await?;
-        Ok(conn)
+    async fn terminate_holders(&self, key: &AdvisoryLock) -> Result<bool> {
+        // Looked up and ended in one statement: through a pooler, a backend that held the lock
+        // a moment ago may serve another client now.
+        let sql = format!(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM ({}) holders",
+            super::advisory::HOLDERS.replace("$1", &key.key.to_string())
+        );
+        let rows = self.on_pool(&sql, "terminate the holder's session").await?;
+        Ok(last_i64(&rows)?.is_some_and(|ended| ended > 0))
     }
-}
-
-/// Commits after `done`, or rolls back after its error.
-async fn end<T>(mut conn: PoolConn, done: Result<T>, what: &'static str) -> Result<T> {
-    let end = if done.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    let ended = simple(&mut conn, end, what).await;
-    if ended.is_err() {
-        // In doubt: never back in the pool.
-        let _ = conn.detach().close().await;
-    }
-    let value = done?;
-    ended.map(|_| value)
 }
 
 #[cfg(test)]
