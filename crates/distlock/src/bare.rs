@@ -63,8 +63,11 @@ impl Bare {
                     .map_err(|e| failed("redis", "connect")(e.to_string()))?;
                 Connection::Redis(connection)
             }
+            // Through a pooler in transaction mode the bare pair's session lock means nothing.
             #[cfg(feature = "postgres")]
-            BackendKind::Postgres => {
+            BackendKind::Postgres
+                if crate::postgres::url_mode(url)? != crate::postgres::Mode::Transaction =>
+            {
                 use sqlx::Connection as _;
                 let options = crate::postgres::connect_options(url)?;
                 let connection = sqlx::PgConnection::connect_with(&options)

@@ -218,6 +218,11 @@ pub(crate) fn connect_options(url: &str) -> Result<PgConnectOptions> {
     parse_url(url).map(|(options, _)| options)
 }
 
+/// The mode a `postgres://` URL names.
+pub(crate) fn url_mode(url: &str) -> Result<Mode> {
+    parse_url(url).map(|(_, mode)| mode)
+}
+
 /// Splits `?mode=` off a `postgres://` URL.
 fn parse_url(url: &str) -> Result<(PgConnectOptions, Mode)> {
     let (base, query) = crate::scheme::Query::parse(url)?;

@@ -20,7 +20,7 @@ async fn admin() -> sqlx::PgPool {
         .unwrap()
 }
 
-/// The pooler keeps 40 server connections, shared by the tests that run at once: a case that
+/// The pooler keeps 30 server connections, shared by the tests that run at once: a case that
 /// holds thousands of locks holds 10.
 fn target() -> Target {
     Target::new(pooled()).holding_at_most(10)
@@ -153,7 +153,7 @@ async fn promise2_a_killed_backend_frees_the_lock_and_fires_lost() {
     granted.release().await.unwrap();
 }
 
-/// More clients wait than the pooler has server connections (60 against its 40): those
+/// More clients wait than the pooler has server connections (60 against its 30): those
 /// without one wait in the pooler, holding no server connection, and every client is granted
 /// in turn, each grant alone (promise 1) with a larger token than the one before (promise 3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -150,8 +150,8 @@ pub async fn run(args: BenchArgs) -> CliResult {
         .await?;
         if compare.is_none() {
             return Err(Failure::usage(format!(
-                "--compare: no bare baseline for {}; it has them for redis://, postgres://, \
-                 mysql://, mariadb://, zk://, etcd:// and sqlite://",
+                "--compare: no bare baseline for {}; it has them for redis://, postgres:// \
+                 (not ?mode=transaction), mysql://, mariadb://, zk://, etcd:// and sqlite://",
                 args.backend
             )));
         }
