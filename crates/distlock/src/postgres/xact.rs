@@ -18,7 +18,8 @@
 //!   closes its connection; the pooler then closes its server connection, and the server
 //!   leaves the lock's queue within [`CHECK_INTERVAL_MS`] (PostgreSQL 14 or later).
 //! * Release: `COMMIT`, in one message with the check that the transaction still held it.
-//! * Check: `pg_locks` of the transaction's backend, only while a transaction is open.
+//! * Check: `pg_locks` of the transaction's backend, only while a transaction is open, under a
+//!   savepoint (a failed check must not abort the transaction, which would free the lock).
 //! * Force-unlock: `pg_terminate_backend` of the backend holding it, as for session locks.
 
 use std::collections::HashSet;
@@ -277,7 +278,20 @@ impl Dialect for PgXact {
         conn: &mut PgConnection,
         _keys: &[AdvisoryLock],
     ) -> Result<HashSet<AdvisoryLock>> {
-        let rows = simple(conn, MY_KEYS, "check held locks").await?;
+        // Under a savepoint: an error inside the holding transaction would abort it, and the
+        // server frees a transaction's locks the moment it aborts, before `lost()` could fire.
+        // Outside a transaction the savepoint itself fails: nothing is held.
+        let sql = format!("SAVEPOINT distlock_check; {MY_KEYS}; RELEASE SAVEPOINT distlock_check");
+        let rows = match simple(conn, &sql, "check held locks").await {
+            Ok(rows) => rows,
+            Err(error) => {
+                let undo = "ROLLBACK TO SAVEPOINT distlock_check; RELEASE SAVEPOINT distlock_check";
+                if let Err(undone) = simple(conn, undo, "check held locks").await {
+                    tracing::debug!(%undone, "no savepoint to roll back to");
+                }
+                return Err(error);
+            }
+        };
         rows.iter()
             .map(|row| {
                 Ok(AdvisoryLock {
