@@ -280,11 +280,21 @@ impl Dialect for PgXact {
     ) -> Result<HashSet<AdvisoryLock>> {
         // Under a savepoint: an error inside the holding transaction would abort it, and the
         // server frees a transaction's locks the moment it aborts, before `lost()` could fire.
-        // Outside a transaction the savepoint itself fails: nothing is held.
+        // Outside a transaction (a release committed since the watcher looked) the savepoint
+        // itself fails, with 25P01: nothing is held.
         let sql = format!("SAVEPOINT distlock_check; {MY_KEYS}; RELEASE SAVEPOINT distlock_check");
-        let rows = match simple(conn, &sql, "check held locks").await {
+        let rows = match simple_raw(conn, &sql).await {
             Ok(rows) => rows,
+            Err(error)
+                if error
+                    .as_database_error()
+                    .and_then(|e| e.code())
+                    .is_some_and(|code| code == "25P01") =>
+            {
+                return Ok(HashSet::new());
+            }
             Err(error) => {
+                let error = db_error("check held locks")(error);
                 let undo = "ROLLBACK TO SAVEPOINT distlock_check; RELEASE SAVEPOINT distlock_check";
                 if let Err(undone) = simple(conn, undo, "check held locks").await {
                     tracing::debug!(%undone, "no savepoint to roll back to");
