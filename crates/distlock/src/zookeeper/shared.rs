@@ -231,7 +231,11 @@ impl Shared {
             };
             match session.client.delete(path, version).await {
                 Ok(()) => return Ok(true),
-                Err(zk::Error::NoNode | zk::Error::BadVersion) => return Ok(false),
+                Err(zk::Error::NoNode) => return Ok(false),
+                // The version moved since the look: a mutex's mark (a `setData` of the same data,
+                // sent in the background after its grant) may have landed in between. Look again:
+                // the token (the node's creation) tells whether it is still ours.
+                Err(zk::Error::BadVersion) => continue,
                 Err(zk::Error::ConnectionLoss) => {
                     self.connected(session).await?;
                     // The delete may have been applied: the next round finds out.
