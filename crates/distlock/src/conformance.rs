@@ -275,6 +275,12 @@ macro_rules! conformance_suite {
 
 const SHORT_LEASE: Duration = Duration::from_millis(300);
 
+/// The lease of a lock that an operator force-unlocks in a test that wants the server's answer
+/// (`NotHeld`) as the loss's reason: the renewal that finds the lock gone comes within a third
+/// of it, and a renewal slowed by a loaded machine still comes before the lease's end (a
+/// 300 ms lease ended first once, `RenewalTooLate`).
+const UNLOCK_LEASE: Duration = Duration::from_millis(1_200);
+
 /// A lock name unique to this run of `case`.
 fn unique(case: &str) -> String {
     format!("conformance/{case}/{}", uuid::Uuid::new_v4().simple())
@@ -356,6 +362,12 @@ async fn finish_tasks(tasks: Vec<tokio::task::JoinHandle<()>>, limit: Duration, 
     })
     .await
     .unwrap_or_else(|_| panic!("{what}: the tasks did not finish within {limit:?}"));
+}
+
+async fn unlock_lease_client(target: &Target) -> Locks {
+    target
+        .client_with(ConnectOptions::new().lease(UNLOCK_LEASE))
+        .await
 }
 
 async fn short_lease_client(target: &Target) -> Locks {

@@ -537,7 +537,9 @@ impl Backend for ZooKeeperBackend {
                 Err(e) => Err(shared.err("force-unlock", e)),
             };
         }
-        // Every node that holds, in every recipe's line (all readers of a read-write lock).
+        // Every node that holds, in every recipe's line (all readers of a read-write lock),
+        // including one granted on another server just before this call.
+        shared.catch_up(&session, &lock, "force-unlock").await?;
         for _ in 0..ATTEMPTS {
             let holders = recipes::holders(&shared.queue(&session, &lock).await?);
             if holders.is_empty() {

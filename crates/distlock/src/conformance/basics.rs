@@ -255,11 +255,11 @@ pub async fn lost_fires_on_expiry(target: &Target) {
 /// `lost()` resolves when an operator force-unlocks a renewed lock (at the next renewal).
 pub async fn lost_fires_on_force_unlock(target: &Target) {
     let name = unique("lost_force");
-    let locks = short_lease_client(target).await;
+    let locks = unlock_lease_client(target).await;
     let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
     let operator = client(target).await;
     assert!(operator.force_unlock(&name).await.unwrap());
-    let lost = tokio::time::timeout(SHORT_LEASE * 5, guard.lost())
+    let lost = tokio::time::timeout(UNLOCK_LEASE * 3, guard.lost())
         .await
         .expect("lost() did not fire after force-unlock");
     assert!(

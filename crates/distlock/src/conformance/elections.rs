@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 use super::primitives::{PROMPTLY, drop_after_polls};
-use super::{SHORT_LEASE, Target, client, faulty_client, short_lease_client, unique};
+use super::{Target, UNLOCK_LEASE, client, faulty_client, unique, unlock_lease_client};
 use crate::fault::{Fault, Method};
 use crate::{AcquireOptions, ConnectOptions, Leader, Leadership, LossReason, MAX_PUBLISHED_VALUE};
 
@@ -118,7 +118,7 @@ pub async fn promise1_election_has_one_leader_at_a_time(target: &Target) {
 pub async fn promise2_leadership_lost_when_its_lock_is_lost(target: &Target) {
     bounded("promise2_leadership_lost_when_its_lock_is_lost", async {
         let name = unique("election_lost");
-        let locks = short_lease_client(target).await;
+        let locks = unlock_lease_client(target).await;
         let operator = client(target).await;
         let follower = client(target).await.election(name.as_str()).unwrap();
         let election = locks.election(name.as_str()).unwrap();
@@ -130,7 +130,12 @@ pub async fn promise2_leadership_lost_when_its_lock_is_lost(target: &Target) {
             operator.force_unlock(election.lock_name()).await.unwrap(),
             "the election's mutex was not held"
         );
-        let lost = within(SHORT_LEASE * 5, "lost() after a force-unlock", first.lost()).await;
+        let lost = within(
+            UNLOCK_LEASE * 3,
+            "lost() after a force-unlock",
+            first.lost(),
+        )
+        .await;
         assert!(
             matches!(
                 lost,

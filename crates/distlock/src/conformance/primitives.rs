@@ -8,7 +8,10 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use super::cancel::poll_once;
-use super::{SHORT_LEASE, Target, client, finish_tasks, short_lease_client, unique};
+use super::{
+    SHORT_LEASE, Target, UNLOCK_LEASE, client, finish_tasks, short_lease_client, unique,
+    unlock_lease_client,
+};
 use crate::{AcquireOptions, LossReason};
 
 /// How soon after a cancelled acquisition another client must get what it asked for.
@@ -416,7 +419,7 @@ pub async fn promise1_multi_lock_fixed_lease_starts_once_all_are_held(target: &T
 /// Promise 2: a multi-lock whose one part is force-unlocked fires `lost()`.
 pub async fn promise2_multi_lock_lost_when_a_part_is_lost(target: &Target) {
     let base = unique("multi_lost");
-    let locks = short_lease_client(target).await;
+    let locks = unlock_lease_client(target).await;
     let operator = client(target).await;
     let names = [format!("{base}/p"), format!("{base}/q")];
     let guard = locks
@@ -427,7 +430,7 @@ pub async fn promise2_multi_lock_lost_when_a_part_is_lost(target: &Target) {
         .unwrap();
     assert!(guard.loss_reason().is_none());
     assert!(operator.force_unlock(&names[1]).await.unwrap());
-    let lost = tokio::time::timeout(SHORT_LEASE * 5, guard.lost())
+    let lost = tokio::time::timeout(UNLOCK_LEASE * 3, guard.lost())
         .await
         .expect("lost() did not fire after a part was force-unlocked");
     assert!(

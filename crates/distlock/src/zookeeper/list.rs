@@ -40,6 +40,8 @@ impl Shared {
             return Ok(Vec::new());
         }
         let session = self.session();
+        self.catch_up(&session, &self.url.base, "list the locks")
+            .await?;
         let children = match session.client.list_children(&self.url.base).await {
             Ok(children) => children,
             Err(zk::Error::NoNode) => Vec::new(),

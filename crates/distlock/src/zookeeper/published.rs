@@ -84,12 +84,9 @@ impl Shared {
     pub(super) async fn read_record(&self, key: &LockName) -> Result<Option<Published>> {
         let session = self.session();
         let path = record_path(&self.url.base, key);
-        // The server of this session may be a follower behind the leader: a sync first, so
-        // that a record another session published before this read began is seen.
-        match session.client.sync(&path).await {
-            Ok(()) | Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(self.err("read the published record", e)),
-        }
+        // A record another session published before this read began is seen.
+        self.catch_up(&session, &path, "read the published record")
+            .await?;
         Ok(self
             .stored_record(&session, &path, "read the published record")
             .await?

@@ -173,6 +173,8 @@ impl Shared {
     pub(super) async fn read_leader(&self, name: &LockName) -> Result<Option<Published>> {
         let session = self.session();
         let lock = lock_path(&self.url.base, name.as_str());
+        // A leader another session was told it is, before this read began, is seen.
+        self.catch_up(&session, &lock, "read the leader").await?;
         for _ in 0..ATTEMPTS {
             let line = self.line(&session, &lock, name.kind()).await?;
             let Some(first) = line.first() else {

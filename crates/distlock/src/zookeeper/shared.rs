@@ -22,6 +22,22 @@ impl Shared {
         Error::backend(self.scheme, operation, error)
     }
 
+    /// Makes this session's server catch up with the leader before a read (`sync`). Reads
+    /// are answered by the server a session talks to, which may be a follower behind: a read
+    /// about another session's nodes needs this to see what that session was told is done.
+    /// A missing `path` is no error: the read that follows will say so.
+    pub(super) async fn catch_up(
+        &self,
+        session: &Session,
+        path: &str,
+        operation: &'static str,
+    ) -> Result<()> {
+        match session.client.sync(path).await {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => Err(self.err(operation, e)),
+        }
+    }
+
     pub(super) fn node_data(owner: &Owner) -> Vec<u8> {
         format!("distlock {owner}").into_bytes()
     }
@@ -173,12 +189,9 @@ impl Shared {
     ) -> Result<Option<Node>> {
         let wanted = child_name(prefix);
         // The server this session talks to now may be a follower that has not applied the
-        // lost create yet: a sync first makes it catch up with the leader, so that a node
-        // that exists is found (not created a second time, or left behind).
-        match session.client.sync(lock).await {
-            Ok(()) | Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(self.err("look for a lock node", e)),
-        }
+        // lost create yet: catching up first finds a node that exists (not created a second
+        // time, or left behind).
+        self.catch_up(session, lock, "look for a lock node").await?;
         let children = match session.client.list_children(lock).await {
             Ok(children) => children,
             Err(zk::Error::NoNode) => return Ok(None),
@@ -532,6 +545,8 @@ impl Shared {
     pub(super) async fn is_locked(&self, name: &LockName) -> Result<bool> {
         let session = self.session();
         let path = lock_path(&self.url.base, name.as_str());
+        self.catch_up(&session, &path, "check the lock node")
+            .await?;
         if self.url.naive {
             match session.client.check_stat(&path).await {
                 Ok(stat) => Ok(stat.is_some()),

@@ -1,0 +1,233 @@
+//! ZooKeeper tests that start a 3-node ensemble of their own (by `scripts/zookeeper-deployment`,
+//! on free loopback ports) to do to its servers what the shared one must not see: kill its
+//! leader, stop a follower.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+fn unique(case: &str) -> String {
+    format!("zk/{case}/{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A 3-node ensemble started by `scripts/zookeeper-deployment` on free loopback ports; every
+/// server it started is killed, by the PID in its pid file, when this is dropped.
+struct OwnEnsemble {
+    base: u16,
+    dir: tempfile::TempDir,
+}
+
+impl OwnEnsemble {
+    fn start() -> Self {
+        let free = |base: u16| {
+            [0, 1, 2, 10, 11, 12, 20, 21, 22]
+                .iter()
+                .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok())
+        };
+        let base = (0..100)
+            .map(|_| fastrand::u16(20_000..40_000))
+            .find(|&base| free(base))
+            .expect("free loopback ports");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts/zookeeper-deployment");
+        let ensemble = OwnEnsemble { base, dir };
+        let status = std::process::Command::new(script)
+            .args(["ensemble", &base.to_string()])
+            .arg(ensemble.dir.path())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("scripts/zookeeper-deployment runs (scripts/test installs ZooKeeper)");
+        assert!(status.success(), "scripts/zookeeper-deployment failed");
+        ensemble
+    }
+
+    fn url(&self) -> String {
+        let b = self.base;
+        format!(
+            "zk://127.0.0.1:{b},127.0.0.1:{},127.0.0.1:{}/",
+            b + 1,
+            b + 2
+        )
+    }
+
+    /// The node (1..=3) that leads now, asked with the `srvr` command.
+    fn leader(&self) -> Option<u16> {
+        (1..=3).find(|node| {
+            let port = self.base + node - 1;
+            let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+                return false;
+            };
+            let mut reply = String::new();
+            use std::io::{Read, Write};
+            stream.write_all(b"srvr").is_ok()
+                && stream.read_to_string(&mut reply).is_ok()
+                && reply.contains("Mode: leader")
+        })
+    }
+
+    fn kill(&self, node: u16) {
+        self.signal(node, "-KILL");
+    }
+
+    /// Sends `signal` to node `node`'s server, by the PID in its pid file.
+    fn signal(&self, node: u16, signal: &str) {
+        let pid_file = self.dir.path().join(format!("node{node}/pid"));
+        if let Ok(pid) = std::fs::read_to_string(pid_file) {
+            let _ = std::process::Command::new("kill")
+                .args([signal, pid.trim()])
+                .status();
+        }
+    }
+
+    /// `zk://` on node `node`'s server alone.
+    fn url_of(&self, node: u16) -> String {
+        format!("zk://127.0.0.1:{}/", self.base + node - 1)
+    }
+}
+
+impl Drop for OwnEnsemble {
+    fn drop(&mut self) {
+        for node in 1..=3 {
+            self.kill(node);
+        }
+    }
+}
+
+/// Killing the ensemble's leader while a lock is held: the ensemble elects another leader,
+/// the session survives, the holder keeps the lock, nobody else is granted it meanwhile, and
+/// the waiter gets it once the holder releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_survives_the_loss_of_the_ensemble_leader() {
+    let ensemble = OwnEnsemble::start();
+    let url = ensemble.url();
+    let holder = distlock::connect(&url).await.unwrap();
+    let rival = distlock::connect(&url).await.unwrap();
+    let name = unique("leader_loss");
+    let guard = holder
+        .mutex(name.as_str())
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let name = name.clone();
+        async move { rival.mutex(name).unwrap().acquire().await.unwrap() }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let leader = ensemble.leader().expect("the ensemble has a leader");
+    ensemble.kill(leader);
+    // Wait for a new leader, then a little longer for the clients to reconnect.
+    let start = Instant::now();
+    while ensemble.leader().is_none_or(|l| l == leader) {
+        assert!(start.elapsed() < Duration::from_secs(30), "no new leader");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elected_after = start.elapsed();
+    let mut held = None;
+    while start.elapsed() < Duration::from_secs(20) {
+        match guard.is_held().await {
+            Ok(answer) => {
+                held = Some(answer);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert_eq!(held, Some(true), "the holder lost the lock with the leader");
+    assert!(!guard.is_lost(), "lost() fired though the session survived");
+    assert!(!waiting.is_finished(), "granted to a second holder");
+
+    let token = guard.fencing_token();
+    guard.release().await.unwrap();
+    let granted = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter was not granted after the release")
+        .unwrap();
+    assert!(granted.fencing_token() > token);
+    granted.release().await.unwrap();
+    eprintln!("new leader after {elected_after:?}");
+}
+
+/// Promise 1 as others read it: a read on a follower that is behind the leader still sees a
+/// grant made before the read was sent. `is_locked`, `list_held`, an election's `leader()` and
+/// `force_unlock` each catch their server up first (`sync`). The follower is stopped
+/// (`SIGSTOP`) while the leader grants through the other follower's vote, the read is sent to
+/// it, and it resumes with the grant's commit and the read waiting side by side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_a_read_on_a_lagging_follower_sees_a_grant_made_before_it() {
+    let ensemble = OwnEnsemble::start();
+    let leader = within(Duration::from_secs(60), async {
+        loop {
+            if let Some(node) = ensemble.leader() {
+                return node;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let follower = (1..=3).find(|&node| node != leader).unwrap();
+    // A short lease, so that the holder's check finds a force-unlock soon.
+    let options = || distlock::ConnectOptions::new().lease(Duration::from_secs(1));
+    let (leader_url, follower_url) = (ensemble.url_of(leader), ensemble.url_of(follower));
+    let granting = distlock::connect_with(&leader_url, options())
+        .await
+        .unwrap();
+    let reading = distlock::connect_with(&follower_url, options()).await;
+    let reading = std::sync::Arc::new(reading.unwrap());
+    // Sends `read` to the stopped follower, lets it resume, and returns the answer.
+    async fn behind<T: Send + 'static>(
+        ensemble: &OwnEnsemble,
+        follower: u16,
+        read: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> T {
+        let read = tokio::spawn(read);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        ensemble.signal(follower, "-CONT");
+        within(Duration::from_secs(10), read).await.unwrap()
+    }
+    for round in 0..6 {
+        let name = unique("read_behind");
+        ensemble.signal(follower, "-STOP");
+        let mutex = granting.mutex(name.as_str()).unwrap();
+        let guard = within(Duration::from_secs(10), mutex.acquire())
+            .await
+            .unwrap();
+        let (r, n) = (reading.clone(), name.clone());
+        let read = match round % 3 {
+            0 => behind(&ensemble, follower, async move { r.is_locked(&n).await }).await,
+            1 => {
+                let list = async move { r.list_held(&n, 10).await.map(|l| l.len() == 1) };
+                behind(&ensemble, follower, list).await
+            }
+            _ => behind(&ensemble, follower, async move { r.force_unlock(&n).await }).await,
+        };
+        assert!(
+            read.unwrap(),
+            "round {round}: the follower's read missed the grant"
+        );
+        if round % 3 == 2 {
+            within(Duration::from_secs(3), guard.lost()).await;
+        } else {
+            guard.release().await.unwrap();
+        }
+        ensemble.signal(follower, "-STOP");
+        let election = granting.election(name.as_str()).unwrap();
+        let leadership = within(Duration::from_secs(10), election.campaign("x")).await;
+        let leadership = leadership.unwrap();
+        let (r, n) = (reading.clone(), name.clone());
+        let leader_read = async move { r.election(n.as_str()).unwrap().leader().await };
+        let read = behind(&ensemble, follower, leader_read).await.unwrap();
+        let term = read.map(|l| l.term);
+        assert_eq!(term, Some(leadership.term()), "round {round}: leader()");
+        leadership.resign().await.unwrap();
+    }
+}
+
+/// `future`'s output, or a panic naming the limit it ran past.
+async fn within<T>(limit: Duration, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("not done within {limit:?}"))
+}
