@@ -266,6 +266,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
 async fn transaction_backend(options: PgConnectOptions) -> Result<Arc<dyn Backend>> {
     let options = xact::pooler_options(options);
     let pool = open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
+    xact::check_server(&pool).await?;
     Ok(Arc::new(PgXactBackend::with_pool(options, pool)))
 }
 

@@ -220,3 +220,48 @@ async fn promise2_an_idle_transaction_timeout_does_not_end_a_hold() {
     guard.release().await.unwrap();
     assert!(mutex.try_acquire().await.unwrap().is_some());
 }
+
+/// Promises 1 and 3 through a pool the application already has (`from_pool` with
+/// `Mode::Transaction`): the client takes the pool's connect options, excludes a client that
+/// connected by URL and is excluded by it, and its tokens and that client's grow together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise1_a_client_from_an_applications_pool_excludes_one_by_url() {
+    let options: sqlx::postgres::PgConnectOptions = servers::PGBOUNCER.url().parse().unwrap();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(options);
+    let backend = distlock::postgres::from_pool(pool, distlock::postgres::Mode::Transaction);
+    let backend = backend.await.unwrap();
+    let app = distlock::Locks::with_backend(backend, distlock::ConnectOptions::new()).unwrap();
+    let by_url = distlock::connect(&pooled()).await.unwrap();
+    let name = unique("from_pool");
+    let mut last = 0;
+    for round in 0..4 {
+        let (holder, other) = if round % 2 == 0 {
+            (&app, &by_url)
+        } else {
+            (&by_url, &app)
+        };
+        let guard = holder
+            .mutex(name.as_str())
+            .unwrap()
+            .acquire()
+            .await
+            .unwrap();
+        assert!(
+            guard.fencing_token() > last,
+            "round {round}: token not larger"
+        );
+        last = guard.fencing_token();
+        let tried = other
+            .mutex(name.as_str())
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap();
+        assert!(tried.is_none(), "round {round}: granted twice");
+        assert!(other.is_locked(&name).await.unwrap(), "round {round}");
+        guard.release().await.unwrap();
+    }
+    assert!(!app.is_locked(&name).await.unwrap());
+}

@@ -33,7 +33,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgRow};
 use sqlx::{Connection, Executor};
 
 use crate::backend::Published;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::name::{LockKind, LockName};
 use crate::session::{Dialect, RecordedNames, SessionBackend};
 
@@ -95,6 +95,30 @@ fn last_i64(rows: &[PgRow]) -> Result<Option<i64>> {
             .try_get::<Option<i64>, _>(0)
             .map_err(db_error("read a reply")),
         None => Ok(None),
+    }
+}
+
+/// The first PostgreSQL version (as `server_version_num`) with
+/// `client_connection_check_interval`, which takes a dropped waiter out of the server's queue.
+const FIRST_VERSION: i64 = 140_000;
+
+/// Refuses a server older than [`FIRST_VERSION`], where every wait would fail on the unknown
+/// setting.
+pub(super) async fn check_server(pool: &PgPool) -> Result<()> {
+    let mut conn = pool.acquire().await.map_err(db_error("connect"))?;
+    let sql = "SELECT current_setting('server_version_num')::bigint";
+    let version = last_i64(&simple(&mut conn, sql, "read the server's version").await?)?;
+    supported(version)
+}
+
+fn supported(version: Option<i64>) -> Result<()> {
+    match version {
+        Some(version) if version < FIRST_VERSION => Err(Error::Unsupported {
+            backend: SCHEME,
+            operation: "`?mode=transaction` on a server before PostgreSQL 14 (it needs \
+                        `client_connection_check_interval`); use `?mode=advisory`",
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -415,5 +439,13 @@ mod tests {
             "convert_from(decode('612762', 'hex'), 'UTF8')"
         );
         assert_eq!(text_literal(""), "convert_from(decode('', 'hex'), 'UTF8')");
+    }
+    #[test]
+    fn servers_before_14_are_refused_with_what_to_use() {
+        let refused = supported(Some(130_011)).unwrap_err();
+        assert!(refused.is_unsupported(), "{refused}");
+        assert!(refused.to_string().contains("mode=advisory"), "{refused}");
+        assert!(supported(Some(140_000)).is_ok());
+        assert!(supported(Some(170_002)).is_ok());
     }
 }
