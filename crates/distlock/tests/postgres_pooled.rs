@@ -265,3 +265,79 @@ async fn promise1_a_client_from_an_applications_pool_excludes_one_by_url() {
     }
     assert!(!app.is_locked(&name).await.unwrap());
 }
+
+/// Promise 2: a check of the holder's transaction that fails in the server does not end the
+/// hold. Any error inside a transaction block aborts it, and the server frees an aborted
+/// transaction's locks at once, before `lost()` could fire; the check runs under a savepoint
+/// instead. Here the check (`is_held`) waits behind an operator's lock on `pg_locks` and is
+/// cancelled there; afterwards the holder still holds, on the same backend, and nobody else is
+/// granted the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise2_a_check_that_fails_in_the_server_does_not_free_the_hold() {
+    let admin = admin().await;
+    let holder = distlock::connect(&pooled()).await.unwrap();
+    let name = unique("failed_check");
+    let mutex = holder.mutex(name.as_str()).unwrap();
+    let guard = mutex
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a new lock is free");
+    let pid: i32 = sqlx::query_scalar(
+        "SELECT pid FROM pg_locks
+         WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+           AND ((classid::bigint << 32) | objid::bigint) = $1",
+    )
+    .bind(distlock::postgres::advisory_key(&name))
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    let mut blocker = admin.begin().await.unwrap();
+    sqlx::query("LOCK TABLE pg_catalog.pg_locks IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    // Cancels the holder's check once it waits behind the view's lock, then lifts the lock.
+    let cancel = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let waits: Option<String> =
+                sqlx::query_scalar("SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1")
+                    .bind(pid)
+                    .fetch_one(&admin)
+                    .await
+                    .unwrap();
+            if waits.as_deref() == Some("Lock") {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the check never waited"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let cancelled: bool = sqlx::query_scalar("SELECT pg_cancel_backend($1)")
+            .bind(pid)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+        assert!(cancelled, "the holder's backend is gone");
+        blocker.rollback().await.unwrap();
+    };
+    let check = tokio::time::timeout(Duration::from_secs(10), guard.is_held());
+    let (held, ()) = tokio::join!(check, cancel);
+    let held = held.expect("the check did not end within 10 s");
+    assert!(
+        held.unwrap(),
+        "the holder no longer holds after a failed check"
+    );
+    assert!(!guard.is_lost(), "{:?}", guard.loss_reason());
+    assert_eq!(entries(&admin, &name).await, (1, 0));
+    let rival = distlock::connect(&pooled()).await.unwrap();
+    let tried = rival.mutex(name.as_str()).unwrap().try_acquire().await;
+    assert!(
+        tried.unwrap().is_none(),
+        "granted to another after a failed check"
+    );
+    guard.release().await.unwrap();
+}
