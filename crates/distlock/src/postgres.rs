@@ -63,7 +63,7 @@ mod published;
 mod setup;
 mod xact;
 
-use self::setup::{make_tables, open_pool};
+use self::setup::{PoolFor, make_tables, open_pool};
 
 pub use self::advisory::{PgAdvisory, PgAdvisoryBackend, advisory_key};
 pub use self::xact::{PgXact, PgXactBackend};
@@ -243,18 +243,24 @@ fn parse_url(url: &str) -> Result<(PgConnectOptions, Mode)> {
     Ok((options, mode))
 }
 
-/// Connects to the backend a `postgres://` URL names: advisory locks, or with `?mode=table`
-/// the table-record lock.
+/// Connects to the backend a `postgres://` URL names: advisory locks, with `?mode=table` the
+/// table-record lock, with `?mode=transaction` transaction-scoped advisory locks.
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for a malformed URL, [`Error::Backend`] when the server cannot be
-/// reached or the tables cannot be made.
+/// reached or the tables cannot be made, [`Error::Unsupported`] for `?mode=transaction` on a
+/// server before PostgreSQL 14.
 pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     let (options, mode) = parse_url(url)?;
     match mode {
         Mode::Table => Ok(Arc::new(PostgresBackend::connect_with(options).await?)),
         Mode::Advisory => {
-            let pool = open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
+            let pool = open_pool(
+                options.clone(),
+                crate::session::OPERATOR_POOL_SIZE,
+                PoolFor::SessionLocks,
+            )
+            .await?;
             Ok(Arc::new(PgAdvisoryBackend::with_pool(options, pool)))
         }
         Mode::Transaction => transaction_backend(options).await,
@@ -265,8 +271,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
 /// it), with an operator's pool whose statements a pooler in transaction mode passes.
 async fn transaction_backend(options: PgConnectOptions) -> Result<Arc<dyn Backend>> {
     let options = xact::pooler_options(options);
-    let pool = open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
-    xact::check_server(&pool).await?;
+    let size = crate::session::OPERATOR_POOL_SIZE;
+    let pool = open_pool(options.clone(), size, PoolFor::TransactionLocks).await?;
     Ok(Arc::new(PgXactBackend::with_pool(options, pool)))
 }
 
@@ -288,7 +294,7 @@ async fn transaction_backend(options: PgConnectOptions) -> Result<Arc<dyn Backen
 ///
 /// # Errors
 /// [`Error::Backend`] when the tables cannot be made or the listening connection cannot be
-/// opened.
+/// opened; [`Error::Unsupported`] for [`Mode::Transaction`] on a server before PostgreSQL 14.
 pub async fn from_pool(pool: PgPool, mode: Mode) -> Result<Arc<dyn Backend>> {
     match mode {
         Mode::Table => {
@@ -301,7 +307,12 @@ pub async fn from_pool(pool: PgPool, mode: Mode) -> Result<Arc<dyn Backend>> {
             // The lock connections write the fencing counter: the tables are made, and the
             // operator's statements run, on connections opened as they are.
             let options = (*pool.connect_options()).clone();
-            let own = open_pool(options.clone(), crate::session::OPERATOR_POOL_SIZE, true).await?;
+            let own = open_pool(
+                options.clone(),
+                crate::session::OPERATOR_POOL_SIZE,
+                PoolFor::SessionLocks,
+            )
+            .await?;
             Ok(Arc::new(PgAdvisoryBackend::with_pool(options, own)))
         }
         Mode::Transaction => transaction_backend((*pool.connect_options()).clone()).await,
@@ -326,7 +337,7 @@ impl PostgresBackend {
     }
 
     async fn connect_with(options: PgConnectOptions) -> Result<Self> {
-        Self::with_pool(open_pool(options, POOL_SIZE, false).await?).await
+        Self::with_pool(open_pool(options, POOL_SIZE, PoolFor::Statements).await?).await
     }
 
     /// Over `pool`, whose tables are made: starts listening for releases.

@@ -48,6 +48,21 @@ async fn entries(admin: &sqlx::PgPool, name: &str) -> (i64, i64) {
     .unwrap()
 }
 
+/// The server process holding `name`'s advisory key; exactly one must.
+async fn holding_backend(admin: &sqlx::PgPool, name: &str) -> i32 {
+    let pids: Vec<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_locks
+         WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+           AND ((classid::bigint << 32) | objid::bigint) = $1",
+    )
+    .bind(distlock::postgres::advisory_key(name))
+    .fetch_all(admin)
+    .await
+    .unwrap();
+    assert_eq!(pids.len(), 1, "backends holding {name}: {pids:?}");
+    pids[0]
+}
+
 /// Polls `entries` until `done` holds, for at most `max`.
 async fn until(
     admin: &sqlx::PgPool,
@@ -130,16 +145,13 @@ async fn promise2_a_killed_backend_frees_the_lock_and_fires_lost() {
     let mutex = rival.mutex(name.as_str()).unwrap();
     assert!(mutex.try_acquire().await.unwrap().is_none());
 
-    let killed: Vec<(bool,)> = sqlx::query_as(
-        "SELECT pg_terminate_backend(pid) FROM pg_locks
-         WHERE locktype = 'advisory' AND objsubid = 1 AND granted
-           AND ((classid::bigint << 32) | objid::bigint) = $1",
-    )
-    .bind(distlock::postgres::advisory_key(&name))
-    .fetch_all(&admin)
-    .await
-    .unwrap();
-    assert_eq!(killed, vec![(true,)], "exactly one backend held the lock");
+    let pid = holding_backend(&admin, &name).await;
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert!(killed, "the holding backend was already gone");
 
     let granted = mutex
         .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
@@ -266,37 +278,75 @@ async fn promise1_a_client_from_an_applications_pool_excludes_one_by_url() {
     assert!(!app.is_locked(&name).await.unwrap());
 }
 
+/// `url` (a `postgres://` URL) with the database `database` instead of its own.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let (server, _) = base.rsplit_once('/').expect("a URL with a database");
+    match query {
+        Some(query) => format!("{server}/{database}?{query}"),
+        None => format!("{server}/{database}"),
+    }
+}
+
 /// Promise 2: a check of the holder's transaction that fails in the server does not end the
 /// hold. Any error inside a transaction block aborts it, and the server frees an aborted
 /// transaction's locks at once, before `lost()` could fire; the check runs under a savepoint
-/// instead. Here the check (`is_held`) waits behind an operator's lock on `pg_locks` and is
+/// instead. Here the check waits behind an operator's lock on the `pg_locks` view and is
 /// cancelled there; afterwards the holder still holds, on the same backend, and nobody else is
-/// granted the lock.
+/// granted the lock. In a database of its own: a lock on a view holds up that database's
+/// readers of it only, and no other test reads `pg_locks` there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise2_a_check_that_fails_in_the_server_does_not_free_the_hold() {
-    let admin = admin().await;
-    let holder = distlock::connect(&pooled()).await.unwrap();
+    const DATABASE: &str = "distlock_view_lock";
+    let server = sqlx::PgPool::connect(&with_database(&servers::POSTGRES.url(), "postgres"));
+    let server = server.await.unwrap();
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(DATABASE)
+            .fetch_one(&server)
+            .await
+            .unwrap();
+    if !exists {
+        // 42P04: made meanwhile by another run.
+        if let Err(e) = sqlx::query(&format!("CREATE DATABASE {DATABASE}"))
+            .execute(&server)
+            .await
+        {
+            let code = e.as_database_error().and_then(|e| e.code());
+            assert!(matches!(code.as_deref(), Some("42P04" | "23505")), "{e}");
+        }
+    }
+    let admin = sqlx::PgPool::connect(&with_database(&servers::POSTGRES.url(), DATABASE));
+    let admin = admin.await.unwrap();
+    let holder = distlock::connect(&with_database(&pooled(), DATABASE));
+    let holder = within(Duration::from_secs(10), holder).await.unwrap();
+    // The view is locked before the grant, so that no check of the holder's (which keeps
+    // its share of the view's lock until the transaction ends) comes first.
+    let mut blocker = admin.begin().await.unwrap();
+    let lock_view = sqlx::query("SET LOCAL lock_timeout = '5s'")
+        .execute(&mut *blocker)
+        .await
+        .and(
+            sqlx::query("LOCK TABLE pg_catalog.pg_locks IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut *blocker)
+                .await,
+        );
+    lock_view.unwrap();
     let name = unique("failed_check");
     let mutex = holder.mutex(name.as_str()).unwrap();
-    let guard = mutex
-        .try_acquire()
-        .await
-        .unwrap()
-        .expect("a new lock is free");
+    let guard = within(Duration::from_secs(10), mutex.try_acquire()).await;
+    let guard = guard.unwrap().expect("a new lock is free");
     let pid: i32 = sqlx::query_scalar(
         "SELECT pid FROM pg_locks
          WHERE locktype = 'advisory' AND objsubid = 1 AND granted
            AND ((classid::bigint << 32) | objid::bigint) = $1",
     )
     .bind(distlock::postgres::advisory_key(&name))
-    .fetch_one(&admin)
+    .fetch_one(&mut *blocker)
     .await
     .unwrap();
-    let mut blocker = admin.begin().await.unwrap();
-    sqlx::query("LOCK TABLE pg_catalog.pg_locks IN ACCESS EXCLUSIVE MODE")
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
     // Cancels the holder's check once it waits behind the view's lock, then lifts the lock.
     let cancel = async {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
@@ -324,20 +374,32 @@ async fn promise2_a_check_that_fails_in_the_server_does_not_free_the_hold() {
         assert!(cancelled, "the holder's backend is gone");
         blocker.rollback().await.unwrap();
     };
-    let check = tokio::time::timeout(Duration::from_secs(10), guard.is_held());
-    let (held, ()) = tokio::join!(check, cancel);
-    let held = held.expect("the check did not end within 10 s");
+    let (held, ()) = tokio::join!(within(Duration::from_secs(10), guard.is_held()), cancel);
     assert!(
         held.unwrap(),
         "the holder no longer holds after a failed check"
     );
     assert!(!guard.is_lost(), "{:?}", guard.loss_reason());
     assert_eq!(entries(&admin, &name).await, (1, 0));
-    let rival = distlock::connect(&pooled()).await.unwrap();
-    let tried = rival.mutex(name.as_str()).unwrap().try_acquire().await;
+    let rival = distlock::connect(&with_database(&pooled(), DATABASE))
+        .await
+        .unwrap();
+    let tried = within(
+        Duration::from_secs(10),
+        rival.mutex(name.as_str()).unwrap().try_acquire(),
+    );
     assert!(
-        tried.unwrap().is_none(),
+        tried.await.unwrap().is_none(),
         "granted to another after a failed check"
     );
-    guard.release().await.unwrap();
+    within(Duration::from_secs(10), guard.release())
+        .await
+        .unwrap();
+}
+
+/// `future`'s output, or a panic naming the limit it ran past.
+async fn within<T>(limit: Duration, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("not done within {limit:?}"))
 }

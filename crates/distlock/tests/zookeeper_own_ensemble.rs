@@ -11,10 +11,12 @@ fn unique(case: &str) -> String {
 }
 
 /// A 3-node ensemble started by `scripts/zookeeper-deployment` on free loopback ports; every
-/// server it started is killed, by the PID in its pid file, when this is dropped.
+/// server it started is killed, by the PID in its pid file, when this is dropped. A server
+/// killed before is not signalled again (its PID may belong to another process by then).
 struct OwnEnsemble {
     base: u16,
     dir: tempfile::TempDir,
+    killed: std::sync::Mutex<Vec<u16>>,
 }
 
 impl OwnEnsemble {
@@ -31,7 +33,11 @@ impl OwnEnsemble {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../scripts/zookeeper-deployment");
-        let ensemble = OwnEnsemble { base, dir };
+        let ensemble = OwnEnsemble {
+            base,
+            dir,
+            killed: std::sync::Mutex::new(Vec::new()),
+        };
         let status = std::process::Command::new(script)
             .args(["ensemble", &base.to_string()])
             .arg(ensemble.dir.path())
@@ -60,6 +66,8 @@ impl OwnEnsemble {
             };
             let mut reply = String::new();
             use std::io::{Read, Write};
+            // A stopped server still accepts connections: a read must not wait forever.
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
             stream.write_all(b"srvr").is_ok()
                 && stream.read_to_string(&mut reply).is_ok()
                 && reply.contains("Mode: leader")
@@ -68,10 +76,18 @@ impl OwnEnsemble {
 
     fn kill(&self, node: u16) {
         self.signal(node, "-KILL");
+        let mut killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
+        killed.push(node);
     }
 
-    /// Sends `signal` to node `node`'s server, by the PID in its pid file.
+    /// Sends `signal` to node `node`'s server, by the PID in its pid file, unless it was
+    /// killed.
     fn signal(&self, node: u16, signal: &str) {
+        let killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
+        if killed.contains(&node) {
+            return;
+        }
+        drop(killed);
         let pid_file = self.dir.path().join(format!("node{node}/pid"));
         if let Ok(pid) = std::fs::read_to_string(pid_file) {
             let _ = std::process::Command::new("kill")
@@ -171,10 +187,9 @@ async fn promise1_a_read_on_a_lagging_follower_sees_a_grant_made_before_it() {
     // A short lease, so that the holder's check finds a force-unlock soon.
     let options = || distlock::ConnectOptions::new().lease(Duration::from_secs(1));
     let (leader_url, follower_url) = (ensemble.url_of(leader), ensemble.url_of(follower));
-    let granting = distlock::connect_with(&leader_url, options())
-        .await
-        .unwrap();
-    let reading = distlock::connect_with(&follower_url, options()).await;
+    let granting = within(LIMIT, distlock::connect_with(&leader_url, options())).await;
+    let granting = granting.unwrap();
+    let reading = within(LIMIT, distlock::connect_with(&follower_url, options())).await;
     let reading = std::sync::Arc::new(reading.unwrap());
     // Sends `read` to the stopped follower, lets it resume, and returns the answer.
     async fn behind<T: Send + 'static>(
@@ -185,15 +200,13 @@ async fn promise1_a_read_on_a_lagging_follower_sees_a_grant_made_before_it() {
         let read = tokio::spawn(read);
         tokio::time::sleep(Duration::from_millis(50)).await;
         ensemble.signal(follower, "-CONT");
-        within(Duration::from_secs(10), read).await.unwrap()
+        within(LIMIT, read).await.unwrap()
     }
     for round in 0..6 {
         let name = unique("read_behind");
         ensemble.signal(follower, "-STOP");
         let mutex = granting.mutex(name.as_str()).unwrap();
-        let guard = within(Duration::from_secs(10), mutex.acquire())
-            .await
-            .unwrap();
+        let guard = within(LIMIT, mutex.acquire()).await.unwrap();
         let (r, n) = (reading.clone(), name.clone());
         let read = match round % 3 {
             0 => behind(&ensemble, follower, async move { r.is_locked(&n).await }).await,
@@ -210,20 +223,23 @@ async fn promise1_a_read_on_a_lagging_follower_sees_a_grant_made_before_it() {
         if round % 3 == 2 {
             within(Duration::from_secs(3), guard.lost()).await;
         } else {
-            guard.release().await.unwrap();
+            within(LIMIT, guard.release()).await.unwrap();
         }
         ensemble.signal(follower, "-STOP");
         let election = granting.election(name.as_str()).unwrap();
-        let leadership = within(Duration::from_secs(10), election.campaign("x")).await;
+        let leadership = within(LIMIT, election.campaign("x")).await;
         let leadership = leadership.unwrap();
         let (r, n) = (reading.clone(), name.clone());
         let leader_read = async move { r.election(n.as_str()).unwrap().leader().await };
         let read = behind(&ensemble, follower, leader_read).await.unwrap();
         let term = read.map(|l| l.term);
         assert_eq!(term, Some(leadership.term()), "round {round}: leader()");
-        leadership.resign().await.unwrap();
+        within(LIMIT, leadership.resign()).await.unwrap();
     }
 }
+
+/// The bound of each step of a test.
+const LIMIT: Duration = Duration::from_secs(10);
 
 /// `future`'s output, or a panic naming the limit it ran past.
 async fn within<T>(limit: Duration, future: impl std::future::Future<Output = T>) -> T {

@@ -393,7 +393,7 @@ impl PgAdvisory {
     #[cfg(all(test, feature = "conformance"))]
     pub(crate) async fn for_tests(url: &str) -> Self {
         let options = super::connect_options(url).expect("a PostgreSQL URL");
-        let pool = super::setup::open_pool(options.clone(), 1, true)
+        let pool = super::setup::open_pool(options.clone(), 1, super::setup::PoolFor::SessionLocks)
             .await
             .expect("the operator's pool");
         PgAdvisory {

@@ -27,15 +27,28 @@ const SCHEMA: &[&str] = &[
     super::published::TABLE,
 ];
 
-/// A pool for the backend's own statements, with the tables made. `for_session_locks`: the
-/// operator's pool of advisory locks, which opens connections only when asked and closes them
-/// when idle; the tables are made on a connection closed right after, so that a client
-/// starting up holds no connection beside its lock connection for long.
+/// What a pool made by [`open_pool`] serves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum PoolFor {
+    /// The table-record lock's statements: a pool kept open.
+    Statements,
+    /// The operator's statements beside session-level advisory locks.
+    SessionLocks,
+    /// The operator's statements beside transaction-scoped locks (`?mode=transaction`): as
+    /// [`PoolFor::SessionLocks`], on a server checked to be new enough.
+    TransactionLocks,
+}
+
+/// A pool for the backend's own statements, with the tables made. Beside advisory locks, it
+/// is the operator's pool, which opens connections only when asked and closes them when idle;
+/// the tables are made (and the server checked) on a connection closed right after, so that a
+/// client starting up holds no connection beside its lock connection for long.
 pub(super) async fn open_pool(
     options: PgConnectOptions,
     size: u32,
-    for_session_locks: bool,
+    used: PoolFor,
 ) -> Result<PgPool> {
+    let for_session_locks = used != PoolFor::Statements;
     let pool_options = PgPoolOptions::new()
         .max_connections(size)
         .idle_timeout(for_session_locks.then_some(crate::session::OPERATOR_POOL_IDLE))
@@ -44,6 +57,9 @@ pub(super) async fn open_pool(
         let mut setup = sqlx::PgConnection::connect_with(&options)
             .await
             .map_err(db_error("connect"))?;
+        if used == PoolFor::TransactionLocks {
+            super::xact::check_server(&mut setup).await?;
+        }
         make_tables(&mut setup).await?;
         // Closing only says goodbye to the server; a failure leaves nothing to undo.
         let _ = sqlx::Connection::close(setup).await;

@@ -104,10 +104,9 @@ const FIRST_VERSION: i64 = 140_000;
 
 /// Refuses a server older than [`FIRST_VERSION`], where every wait would fail on the unknown
 /// setting.
-pub(super) async fn check_server(pool: &PgPool) -> Result<()> {
-    let mut conn = pool.acquire().await.map_err(db_error("connect"))?;
+pub(super) async fn check_server(conn: &mut PgConnection) -> Result<()> {
     let sql = "SELECT current_setting('server_version_num')::bigint";
-    let version = last_i64(&simple(&mut conn, sql, "read the server's version").await?)?;
+    let version = last_i64(&simple(conn, sql, "read the server's version").await?)?;
     supported(version)
 }
 
