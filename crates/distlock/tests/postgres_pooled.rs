@@ -300,8 +300,8 @@ fn with_database(url: &str, database: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise2_a_check_that_fails_in_the_server_does_not_free_the_hold() {
     const DATABASE: &str = "distlock_view_lock";
-    let server = sqlx::PgPool::connect(&with_database(&servers::POSTGRES.url(), "postgres"));
-    let server = server.await.unwrap();
+    let server_url = with_database(&servers::POSTGRES.url(), "postgres");
+    let server = sqlx::PgPool::connect(&server_url).await.unwrap();
     let exists: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
             .bind(DATABASE)
@@ -318,10 +318,11 @@ async fn promise2_a_check_that_fails_in_the_server_does_not_free_the_hold() {
             assert!(matches!(code.as_deref(), Some("42P04" | "23505")), "{e}");
         }
     }
-    let admin = sqlx::PgPool::connect(&with_database(&servers::POSTGRES.url(), DATABASE));
-    let admin = admin.await.unwrap();
-    let holder = distlock::connect(&with_database(&pooled(), DATABASE));
-    let holder = within(Duration::from_secs(10), holder).await.unwrap();
+    let admin_url = with_database(&servers::POSTGRES.url(), DATABASE);
+    let admin = sqlx::PgPool::connect(&admin_url).await.unwrap();
+    let pooled_url = with_database(&pooled(), DATABASE);
+    let holder = within(Duration::from_secs(10), distlock::connect(&pooled_url)).await;
+    let holder = holder.unwrap();
     // The view is locked before the grant, so that no check of the holder's (which keeps
     // its share of the view's lock until the transaction ends) comes first.
     let mut blocker = admin.begin().await.unwrap();
@@ -381,15 +382,11 @@ async fn promise2_a_check_that_fails_in_the_server_does_not_free_the_hold() {
     );
     assert!(!guard.is_lost(), "{:?}", guard.loss_reason());
     assert_eq!(entries(&admin, &name).await, (1, 0));
-    let rival = distlock::connect(&with_database(&pooled(), DATABASE))
-        .await
-        .unwrap();
-    let tried = within(
-        Duration::from_secs(10),
-        rival.mutex(name.as_str()).unwrap().try_acquire(),
-    );
+    let rival = distlock::connect(&pooled_url).await.unwrap();
+    let rival = rival.mutex(name.as_str()).unwrap();
+    let tried = within(Duration::from_secs(10), rival.try_acquire()).await;
     assert!(
-        tried.await.unwrap().is_none(),
+        tried.unwrap().is_none(),
         "granted to another after a failed check"
     );
     within(Duration::from_secs(10), guard.release())
