@@ -263,17 +263,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
             .await?;
             Ok(Arc::new(PgAdvisoryBackend::with_pool(options, pool)))
         }
-        Mode::Transaction => transaction_backend(options).await,
+        Mode::Transaction => Ok(Arc::new(PgXactBackend::connect(options).await?)),
     }
-}
-
-/// Transaction-scoped advisory locks over the server `options` name (or a pooler in front of
-/// it), with an operator's pool whose statements a pooler in transaction mode passes.
-async fn transaction_backend(options: PgConnectOptions) -> Result<Arc<dyn Backend>> {
-    let options = xact::pooler_options(options);
-    let size = crate::session::OPERATOR_POOL_SIZE;
-    let pool = open_pool(options.clone(), size, PoolFor::TransactionLocks).await?;
-    Ok(Arc::new(PgXactBackend::with_pool(options, pool)))
 }
 
 /// The backend of `mode` for the database of a pool the application already has. The
@@ -315,7 +306,10 @@ pub async fn from_pool(pool: PgPool, mode: Mode) -> Result<Arc<dyn Backend>> {
             .await?;
             Ok(Arc::new(PgAdvisoryBackend::with_pool(options, own)))
         }
-        Mode::Transaction => transaction_backend((*pool.connect_options()).clone()).await,
+        Mode::Transaction => {
+            let options = (*pool.connect_options()).clone();
+            Ok(Arc::new(PgXactBackend::connect(options).await?))
+        }
     }
 }
 

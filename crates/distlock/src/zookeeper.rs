@@ -527,38 +527,7 @@ impl Backend for ZooKeeperBackend {
     }
 
     async fn force_unlock(&self, name: &LockName) -> Result<bool> {
-        let shared = &self.shared;
-        let session = shared.session();
-        let lock = lock_path(&shared.url.base, name.as_str());
-        if shared.url.naive {
-            return match session.client.delete(&lock, None).await {
-                Ok(()) => Ok(true),
-                Err(zk::Error::NoNode) => Ok(false),
-                Err(e) => Err(shared.err("force-unlock", e)),
-            };
-        }
-        // Every node that holds, in every recipe's line (all readers of a read-write lock),
-        // including one granted on another server just before this call.
-        shared.catch_up(&session, &lock, "force-unlock").await?;
-        for _ in 0..ATTEMPTS {
-            let holders = recipes::holders(&shared.queue(&session, &lock).await?);
-            if holders.is_empty() {
-                return Ok(false);
-            }
-            let mut freed = false;
-            for node in holders {
-                match session.client.delete(&format!("{lock}/{node}"), None).await {
-                    Ok(()) => freed = true,
-                    // Released meanwhile.
-                    Err(zk::Error::NoNode) => {}
-                    Err(e) => return Err(shared.err("force-unlock", e)),
-                }
-            }
-            if freed {
-                return Ok(true);
-            }
-        }
-        Ok(false)
+        self.shared.force_unlock(name).await
     }
 
     async fn publish(&self, key: &LockName, record: &Published) -> Result<Published> {

@@ -38,6 +38,7 @@ use crate::name::{LockKind, LockName};
 use crate::session::{Dialect, RecordedNames, SessionBackend};
 
 use super::advisory::{AdvisoryLock, advisory_key};
+use super::setup::{PoolFor, open_pool};
 use super::{SCHEME, db_error, token_u64};
 
 /// PostgreSQL transaction-scoped advisory locks, `postgres://...?mode=transaction`; see the
@@ -131,18 +132,23 @@ pub struct PgXact {
 }
 
 impl PgXactBackend {
-    pub(super) fn with_pool(options: PgConnectOptions, pool: PgPool) -> Self {
-        SessionBackend::new(PgXact {
-            options: pooler_options(options),
+    /// Transaction-scoped advisory locks over the server `options` name (or a pooler in front
+    /// of it), with an operator's pool whose statements a pooler in transaction mode passes.
+    pub(super) async fn connect(options: PgConnectOptions) -> Result<Self> {
+        let options = pooler_options(options);
+        let size = crate::session::OPERATOR_POOL_SIZE;
+        let pool = open_pool(options.clone(), size, PoolFor::TransactionLocks).await?;
+        Ok(SessionBackend::new(PgXact {
+            options,
             pool,
             named: RecordedNames::default(),
-        })
+        }))
     }
 }
 
 /// Connect options a pooler accepts: no startup parameter it may not know, no statement logs
 /// for waits that block by design.
-pub(super) fn pooler_options(options: PgConnectOptions) -> PgConnectOptions {
+fn pooler_options(options: PgConnectOptions) -> PgConnectOptions {
     sqlx::ConnectOptions::disable_statement_logging(options.extra_float_digits(None))
 }
 
