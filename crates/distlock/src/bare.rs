@@ -33,7 +33,7 @@ enum Connection {
     #[cfg(feature = "zookeeper")]
     ZooKeeper(zookeeper_client::Client, String),
     #[cfg(feature = "etcd")]
-    Etcd(Box<etcd_client::Client>, String),
+    Etcd(crate::etcd::rpc::Rpc, String),
     #[cfg(feature = "sqlite")]
     Sqlite(std::sync::Arc<std::sync::Mutex<rusqlite::Connection>>),
 }
@@ -102,10 +102,13 @@ impl Bare {
             #[cfg(feature = "etcd")]
             BackendKind::Etcd => {
                 let url = crate::etcd::url::EtcdUrl::parse(url)?;
-                let client = etcd_client::Client::connect(&url.endpoints, None)
-                    .await
-                    .map_err(|e| failed("etcd", "connect")(e.to_string()))?;
-                Connection::Etcd(Box::new(client), url.prefix.clone())
+                let rpc = crate::etcd::rpc::Rpc::new(
+                    &url.endpoints,
+                    std::time::Duration::from_secs(5),
+                    std::time::Duration::from_secs(2),
+                )
+                .map_err(failed("etcd", "connect"))?;
+                Connection::Etcd(rpc, url.prefix.clone())
             }
             #[cfg(feature = "sqlite")]
             BackendKind::Sqlite => {
@@ -199,10 +202,10 @@ impl Bare {
                 .map_err(|e| failed("zk", "ping")(e.to_string())),
             #[cfg(feature = "etcd")]
             Connection::Etcd(c, prefix) => c
-                .get(
-                    format!("{prefix}distlock-bare-ping"),
-                    Some(etcd_client::GetOptions::new().with_count_only()),
-                )
+                .range(crate::etcd::api::etcdserverpb::RangeRequest {
+                    count_only: true,
+                    ..crate::etcd::rpc::get(format!("{prefix}distlock-bare-ping"))
+                })
                 .await
                 .map(drop)
                 .map_err(|e| failed("etcd", "ping")(e.to_string())),
@@ -286,19 +289,22 @@ impl Bare {
             }
             #[cfg(feature = "etcd")]
             Connection::Etcd(c, prefix) => {
-                use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+                use crate::etcd::api::etcdserverpb::compare::CompareResult;
+                use crate::etcd::rpc::{created, delete, op_put, put, txn};
                 let key = format!("{prefix}{name}");
-                let txn = Txn::new()
-                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(key.clone(), "1", None)]);
+                let request = txn(
+                    [created(key.clone(), CompareResult::Equal, 0)],
+                    [op_put(put(key.clone(), "1", 0))],
+                    [],
+                );
                 let put = c
-                    .txn(txn)
+                    .txn(request)
                     .await
                     .map_err(|e| failed("etcd", "txn")(e.to_string()))?;
-                c.delete(key, None)
+                c.delete_range(delete(key))
                     .await
                     .map_err(|e| failed("etcd", "delete")(e.to_string()))?;
-                put.succeeded()
+                put.succeeded
             }
             #[cfg(feature = "sqlite")]
             Connection::Sqlite(c) => {

@@ -41,11 +41,13 @@
 //! [`Guard::lost`](crate::Guard::lost) and [`Locks::session`](crate::Locks::session), and the
 //! client takes a new lease.
 
+pub(crate) mod api;
 mod held;
 mod lease;
 mod list;
 mod published;
 mod requests;
+pub(crate) mod rpc;
 mod state;
 pub(crate) mod url;
 mod waiter;
@@ -56,7 +58,6 @@ use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client as etcd;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
@@ -67,6 +68,7 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::name::{LockKind, LockName};
 
+use self::rpc::Rpc;
 use self::state::{Node, Orphan, Queued, State, no_lease};
 use self::url::EtcdUrl;
 use self::waiter::EtcdWaiter;
@@ -75,6 +77,10 @@ const SCHEME: &str = "etcd";
 
 /// How long one request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often the connection to a server is checked while idle (HTTP/2 pings), and how long
+/// a ping may go unanswered before the connection counts as broken.
+const KEEP_ALIVE: Duration = Duration::from_secs(2);
 
 /// How often one request is sent again after a lost connection.
 const ATTEMPTS: usize = 3;
@@ -97,7 +103,7 @@ impl fmt::Debug for EtcdBackend {
 
 struct Shared {
     url: EtcdUrl,
-    client: etcd::Client,
+    rpc: Rpc,
     /// Transactions reading held keys sent so far.
     key_checks: std::sync::atomic::AtomicU64,
     /// Changes to the held keys' watch ([`held`]).
@@ -115,18 +121,13 @@ impl EtcdBackend {
     /// or the lease cannot be granted.
     pub async fn connect(url: &str) -> Result<Self> {
         let url = EtcdUrl::parse(url)?;
-        let options = etcd::ConnectOptions::new()
-            .with_connect_timeout(REQUEST_TIMEOUT)
-            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
-            .with_require_leader(true);
-        let client = etcd::Client::connect(&url.endpoints, Some(options))
-            .await
-            .map_err(|e| Error::backend(SCHEME, "connect", e))?;
-        let (lease, ttl) = lease::grant(&client, url.lease_ttl).await?;
+        let rpc = Rpc::new(&url.endpoints, REQUEST_TIMEOUT, KEEP_ALIVE)
+            .map_err(|e| Error::invalid("URL", e))?;
+        let (lease, ttl) = lease::grant(&rpc, url.lease_ttl).await?;
         let (held_watch, changes) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             url,
-            client,
+            rpc,
             key_checks: std::sync::atomic::AtomicU64::new(0),
             held_watch,
             status: watch::channel(SessionStatus {
@@ -143,11 +144,11 @@ impl EtcdBackend {
         });
         tokio::spawn(lease::keep_alive(
             Arc::downgrade(&shared),
-            shared.client.clone(),
+            shared.rpc.clone(),
         ));
         tokio::spawn(held::watch(
             Arc::downgrade(&shared),
-            shared.client.clone(),
+            shared.rpc.clone(),
             changes,
         ));
         tokio::spawn(crate::reaper::run(
@@ -170,12 +171,7 @@ impl EtcdBackend {
         let key = format!("{}distlock-write-probe-{lease:x}", shared.url.prefix);
         let start = std::time::Instant::now();
         shared
-            .call(
-                "write",
-                shared
-                    .kv()
-                    .put(key, "", Some(etcd::PutOptions::new().with_lease(lease))),
-            )
+            .call("write", shared.rpc.put(rpc::put(key, "", lease)))
             .await?;
         Ok(start.elapsed())
     }
@@ -222,9 +218,10 @@ impl Backend for EtcdBackend {
         shared
             .call(
                 "ping",
-                shared
-                    .kv()
-                    .get(key, Some(etcd::GetOptions::new().with_count_only())),
+                shared.rpc.range(api::etcdserverpb::RangeRequest {
+                    count_only: true,
+                    ..rpc::get(key)
+                }),
             )
             .await
             .map(drop)

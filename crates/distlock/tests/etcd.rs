@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use distlock::conformance::{Target, servers};
 use distlock::{AcquireOptions, ConnectOptions};
-use etcd_client as etcd;
 use tokio::time::Instant;
 
 #[path = "etcd/etcdctl.rs"]
@@ -59,11 +58,58 @@ fn servers_of(url: &str) -> Vec<String> {
         .collect()
 }
 
-/// A raw etcd client, to look at the keys distlock puts and to play an operator.
-async fn raw(url: &str) -> etcd::Client {
-    etcd::Client::connect(servers_of(url), None)
-        .await
-        .expect("raw etcd client")
+/// etcd's own command-line client, to look at the keys distlock puts and to play an
+/// operator: a second implementation of the wire protocol, so that what distlock wrote is
+/// read back by other code than its own.
+struct Raw {
+    endpoints: String,
+}
+
+/// A raw etcd client for the servers of `url`.
+async fn raw(url: &str) -> Raw {
+    Raw {
+        endpoints: servers_of(url).join(","),
+    }
+}
+
+impl Raw {
+    /// Runs `etcdctl ARGS` and answers its standard output; fails the test when it fails.
+    async fn etcdctl(&self, args: &[&str]) -> String {
+        let mut command = Command::new("etcdctl");
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints))
+            .arg("--command-timeout=5s")
+            .args(args)
+            .stdin(Stdio::null());
+        let what = format!("etcdctl {}", args.join(" "));
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .expect("the etcdctl thread")
+            .unwrap_or_else(|e| panic!("{what}: {e} (scripts/test installs etcd-client)"));
+        assert!(
+            output.status.success(),
+            "{what} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Revokes etcd lease `lease`.
+    async fn lease_revoke(&self, lease: i64) {
+        self.etcdctl(&["lease", "revoke", &format!("{lease:x}")])
+            .await;
+    }
+
+    /// Deletes every key under `prefix`.
+    async fn delete_prefix(&self, prefix: &str) {
+        self.etcdctl(&["del", prefix, "--prefix"]).await;
+    }
+}
+
+/// The value of the line `"FIELD" : VALUE` of `etcdctl -w fields` output.
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.strip_prefix(&format!("\"{name}\" : "))
 }
 
 /// A lock name of safe characters only: its key prefix is the name itself.
@@ -72,23 +118,32 @@ fn unique(case: &str) -> String {
 }
 
 /// The keys under `NAME/`, first created first, with their create revisions and leases.
-async fn keys(raw: &mut etcd::Client, name: &str) -> Vec<(String, i64, i64)> {
-    let options = etcd::GetOptions::new()
-        .with_prefix()
-        .with_sort(etcd::SortTarget::Create, etcd::SortOrder::Ascend);
-    raw.get(format!("{name}/"), Some(options))
-        .await
-        .expect("read the lock's keys")
-        .kvs()
-        .iter()
-        .map(|kv| {
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                kv.create_revision(),
-                kv.lease(),
-            )
-        })
-        .collect()
+async fn keys(raw: &Raw, name: &str) -> Vec<(String, i64, i64)> {
+    let prefix = format!("{name}/");
+    let output = raw
+        .etcdctl(&[
+            "get",
+            &prefix,
+            "--prefix",
+            "--keys-only",
+            "--sort-by=CREATE",
+            "--order=ASCEND",
+            "-w",
+            "fields",
+        ])
+        .await;
+    let mut found: Vec<(String, i64, i64)> = Vec::new();
+    for line in output.lines() {
+        let number = |value: &str| value.trim().parse::<i64>().expect("a number field");
+        if let Some(key) = field(line, "Key") {
+            found.push((key.trim_matches('"').to_owned(), 0, 0));
+        } else if let Some(value) = field(line, "CreateRevision") {
+            found.last_mut().expect("a key before its fields").1 = number(value);
+        } else if let Some(value) = field(line, "Lease") {
+            found.last_mut().expect("a key before its fields").2 = number(value);
+        }
+    }
+    found
 }
 
 /// Promises 1, 3 and 4: the key is `NAME/<lease id in hex>` under the client's lease, its
@@ -97,11 +152,11 @@ async fn keys(raw: &mut etcd::Client, name: &str) -> Vec<(String, i64, i64)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise1_keys_follow_the_layout_of_etcds_mutex() {
     let url = standalone();
-    let mut raw = raw(&url).await;
+    let raw = raw(&url).await;
     let locks = distlock::connect(&url).await.unwrap();
     let name = unique("layout");
     let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
-    let found = keys(&mut raw, &name).await;
+    let found = keys(&raw, &name).await;
     assert_eq!(found.len(), 1, "{found:?}");
     let (key, revision, lease) = &found[0];
     assert_eq!(key, &format!("{name}/{lease:x}"));
@@ -113,7 +168,7 @@ async fn promise1_keys_follow_the_layout_of_etcds_mutex() {
     });
     let start = Instant::now();
     let queued = loop {
-        let found = keys(&mut raw, &name).await;
+        let found = keys(&raw, &name).await;
         if found.len() == 2 {
             break found;
         }
@@ -137,10 +192,7 @@ async fn promise1_keys_follow_the_layout_of_etcds_mutex() {
         .unwrap();
     assert!(next.fencing_token() > u64::try_from(*revision).unwrap());
     next.release().await.unwrap();
-    assert!(
-        keys(&mut raw, &name).await.is_empty(),
-        "a key was left behind"
-    );
+    assert!(keys(&raw, &name).await.is_empty(), "a key was left behind");
 }
 
 /// One etcd lease carries every renewed lock: while the held keys' watch is up (also after
@@ -221,7 +273,7 @@ async fn handoffs_to_holders_that_queue_again_do_not_stall() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
     let url = standalone();
-    let mut raw = raw(&url).await;
+    let raw = raw(&url).await;
     let locks = distlock::connect(&url).await.unwrap();
     let (renewed_name, fixed_name) = (unique("revoked_renewed"), unique("revoked_fixed"));
     let renewed = locks
@@ -236,8 +288,8 @@ async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
         .acquire_with(AcquireOptions::new().lease(Duration::from_secs(60)))
         .await
         .unwrap();
-    let lease = keys(&mut raw, &renewed_name).await[0].2;
-    raw.lease_revoke(lease).await.expect("revoke the lease");
+    let lease = keys(&raw, &renewed_name).await[0].2;
+    raw.lease_revoke(lease).await;
     for (what, guard) in [("renewed", &renewed), ("fixed-lease", &fixed)] {
         tokio::time::timeout(Duration::from_secs(10), guard.lost())
             .await
@@ -253,7 +305,7 @@ async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
         .acquire_with(AcquireOptions::new().wait(Duration::from_secs(10)))
         .await
         .expect("lock again under a new lease");
-    assert_ne!(keys(&mut raw, &renewed_name).await[0].2, lease);
+    assert_ne!(keys(&raw, &renewed_name).await[0].2, lease);
     again.release().await.unwrap();
 }
 
@@ -263,7 +315,7 @@ async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise2_a_deleted_key_fires_lost() {
     let url = standalone();
-    let mut raw = raw(&url).await;
+    let raw = raw(&url).await;
     let locks = distlock::connect_with(
         &url,
         ConnectOptions::new().lease(Duration::from_millis(1500)),
@@ -276,12 +328,7 @@ async fn promise2_a_deleted_key_fires_lost() {
         brief.acquire().await.unwrap().release().await.unwrap();
     }
     let guard = locks.mutex(name.as_str()).unwrap().acquire().await.unwrap();
-    raw.delete(
-        format!("{name}/"),
-        Some(etcd::DeleteOptions::new().with_prefix()),
-    )
-    .await
-    .expect("delete the key");
+    raw.delete_prefix(&format!("{name}/")).await;
     tokio::time::timeout(Duration::from_secs(3), guard.lost())
         .await
         .expect("lost() did not fire after the key was deleted");

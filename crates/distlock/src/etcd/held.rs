@@ -4,9 +4,14 @@
 
 use std::collections::HashSet;
 
-use etcd::{EventType, WatchFilterType, WatchOptions, WatchStream};
 use tokio::sync::mpsc;
+use tonic::Streaming;
 
+use super::api::etcdserverpb::watch_create_request::FilterType;
+use super::api::etcdserverpb::{
+    WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse, watch_request,
+};
+use super::api::mvccpb::event::EventType;
 use super::*;
 
 /// How long the stream waits before it opens again after a failure.
@@ -25,7 +30,7 @@ pub(crate) enum Change {
 /// follows the changes and the deletions until the stream breaks, and starts again.
 pub(super) async fn watch(
     shared: Weak<Shared>,
-    client: etcd::Client,
+    rpc: Rpc,
     mut changes: mpsc::UnboundedReceiver<Change>,
 ) {
     loop {
@@ -38,14 +43,13 @@ pub(super) async fn watch(
             // event filtered out.
             format!("{}distlock-held-keys", strong.url.prefix)
         };
-        let options =
-            WatchOptions::new().with_filters([WatchFilterType::NoPut, WatchFilterType::NoDelete]);
-        let opened = tokio::time::timeout(
-            REQUEST_TIMEOUT,
-            client.watch_client().watch(anchor, Some(options)),
-        )
-        .await;
-        let (mut watcher, stream) = match opened {
+        let first = create(WatchCreateRequest {
+            key: anchor.into_bytes(),
+            filters: vec![FilterType::Noput.into(), FilterType::Nodelete.into()],
+            ..WatchCreateRequest::default()
+        });
+        let opened = tokio::time::timeout(REQUEST_TIMEOUT, rpc.watch(first)).await;
+        let (watcher, stream) = match opened {
             Ok(Ok(opened)) => opened,
             Ok(Err(error)) => {
                 tracing::debug!(%error, "opening the held keys' watch failed");
@@ -89,14 +93,13 @@ pub(super) async fn watch(
                 .requested
                 .insert(*id);
             watched.insert(*id);
-            let options = WatchOptions::new()
-                .with_watch_id(*id)
-                .with_filters([WatchFilterType::NoPut]);
-            if watcher
-                .watch(node.key.as_bytes(), Some(options))
-                .await
-                .is_err()
-            {
+            let watch = create(WatchCreateRequest {
+                key: node.key.as_bytes().to_vec(),
+                watch_id: *id,
+                filters: vec![FilterType::Noput.into()],
+                ..WatchCreateRequest::default()
+            });
+            if watcher.send(watch).await.is_err() {
                 failed = true;
                 break;
             }
@@ -158,11 +161,14 @@ pub(super) async fn watch(
                         if watched.insert(id) {
                             ids.lock().unwrap_or_else(|p| p.into_inner()).requested.insert(id);
                             // From the grant's revision: a deletion since then is replayed.
-                            let options = WatchOptions::new()
-                                .with_watch_id(id)
-                                .with_start_revision(from)
-                                .with_filters([WatchFilterType::NoPut]);
-                            if watcher.watch(key.as_bytes(), Some(options)).await.is_err() {
+                            let watch = create(WatchCreateRequest {
+                                key: key.as_bytes().to_vec(),
+                                watch_id: id,
+                                start_revision: from,
+                                filters: vec![FilterType::Noput.into()],
+                                ..WatchCreateRequest::default()
+                            });
+                            if watcher.send(watch).await.is_err() {
                                 break Ended::Broken;
                             }
                         }
@@ -170,7 +176,12 @@ pub(super) async fn watch(
                     Some(Change::Unwatch { id }) => {
                         if watched.remove(&id) {
                             ids.lock().unwrap_or_else(|p| p.into_inner()).unwatched.insert(id);
-                            if watcher.cancel_by_id(id).await.is_err() {
+                            let cancel = WatchRequest {
+                                request_union: Some(watch_request::RequestUnion::CancelRequest(
+                                    WatchCancelRequest { watch_id: id },
+                                )),
+                            };
+                            if watcher.send(cancel).await.is_err() {
                                 break Ended::Broken;
                             }
                         }
@@ -189,6 +200,13 @@ pub(super) async fn watch(
             return;
         }
         tokio::time::sleep(REOPEN_AFTER).await;
+    }
+}
+
+/// A request of the stream that sets up a watch.
+fn create(watch: WatchCreateRequest) -> WatchRequest {
+    WatchRequest {
+        request_union: Some(watch_request::RequestUnion::CreateRequest(watch)),
     }
 }
 
@@ -211,7 +229,11 @@ enum Ended {
 }
 
 /// Reads the answers of one stream: marks the held keys deleted, until the stream ends.
-async fn read(shared: Weak<Shared>, mut stream: WatchStream, ids: Arc<StdMutex<Ids>>) -> Ended {
+async fn read(
+    shared: Weak<Shared>,
+    mut stream: Streaming<WatchResponse>,
+    ids: Arc<StdMutex<Ids>>,
+) -> Ended {
     loop {
         let Ok(Some(answer)) = stream.message().await else {
             return Ended::Broken;
@@ -219,27 +241,27 @@ async fn read(shared: Weak<Shared>, mut stream: WatchStream, ids: Arc<StdMutex<I
         let Some(strong) = shared.upgrade() else {
             return Ended::Broken;
         };
-        let id = answer.watch_id();
+        let id = answer.watch_id;
         {
             let mut ids = ids.lock().unwrap_or_else(|p| p.into_inner());
-            if answer.created() && id != 0 && !ids.requested.remove(&id) {
+            if answer.created && id != 0 && !ids.requested.remove(&id) {
                 return Ended::Refused;
             }
-            if answer.canceled() && !ids.unwatched.remove(&id) {
+            if answer.canceled && !ids.unwatched.remove(&id) {
                 // A compacted revision, a duplicate id: start again.
                 tracing::debug!(
-                    reason = answer.cancel_reason(),
+                    reason = answer.cancel_reason,
                     "a held key's watch was cancelled"
                 );
                 return Ended::Broken;
             }
         }
         let mut state = strong.state();
-        for event in answer.events() {
-            if event.event_type() == EventType::Delete
-                && let Some(kv) = event.kv()
+        for event in &answer.events {
+            if event.r#type() == EventType::Delete
+                && let Some(kv) = &event.kv
             {
-                mark_gone(&mut state, kv.key(), kv.mod_revision());
+                mark_gone(&mut state, &kv.key, kv.mod_revision);
             }
         }
     }

@@ -2,6 +2,7 @@
 //! one stream, given up and replaced when lost) and the reaper of ended leases and
 //! left-behind keys.
 
+use super::api::etcdserverpb::LeaseKeepAliveRequest;
 use super::*;
 use crate::reaper::Reap;
 
@@ -9,9 +10,9 @@ use crate::reaper::Reap;
 const REOPEN_AFTER: Duration = Duration::from_millis(200);
 
 /// Grants a lease of `ttl` (whole seconds); answers its id and the TTL the server granted.
-pub(super) async fn grant(client: &etcd::Client, ttl: Duration) -> Result<(i64, Duration)> {
+pub(super) async fn grant(rpc: &Rpc, ttl: Duration) -> Result<(i64, Duration)> {
     let seconds = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-    let granted = tokio::time::timeout(REQUEST_TIMEOUT, client.lease_client().grant(seconds, None))
+    let granted = tokio::time::timeout(REQUEST_TIMEOUT, rpc.lease_grant(seconds))
         .await
         .map_err(|_| {
             Error::backend(
@@ -21,15 +22,11 @@ pub(super) async fn grant(client: &etcd::Client, ttl: Duration) -> Result<(i64, 
             )
         })?
         .map_err(|e| Error::backend(SCHEME, "grant a lease", e))?;
-    if !granted.error().is_empty() {
-        return Err(Error::backend(
-            SCHEME,
-            "grant a lease",
-            granted.error().to_owned(),
-        ));
+    if !granted.error.is_empty() {
+        return Err(Error::backend(SCHEME, "grant a lease", granted.error));
     }
-    let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
-    Ok((granted.id(), ttl))
+    let ttl = Duration::from_secs(u64::try_from(granted.ttl).unwrap_or(0).max(1));
+    Ok((granted.id, ttl))
 }
 
 /// Why a lease is given up.
@@ -42,7 +39,7 @@ enum Ended {
 
 /// Keeps the client's lease alive for as long as the backend lives; when it is lost, reports
 /// the loss and takes a new one. Revokes the lease when the backend is dropped.
-pub(super) async fn keep_alive(shared: Weak<Shared>, client: etcd::Client) {
+pub(super) async fn keep_alive(shared: Weak<Shared>, rpc: Rpc) {
     loop {
         let current = {
             let Some(strong) = shared.upgrade() else {
@@ -57,7 +54,7 @@ pub(super) async fn keep_alive(shared: Weak<Shared>, client: etcd::Client) {
             )
         };
         match current {
-            (Some(lease), generation, ttl, _) => match renew(&shared, &client, lease, ttl).await {
+            (Some(lease), generation, ttl, _) => match renew(&shared, &rpc, lease, ttl).await {
                 Ended::Lost(why) => {
                     let Some(strong) = shared.upgrade() else {
                         return;
@@ -65,23 +62,18 @@ pub(super) async fn keep_alive(shared: Weak<Shared>, client: etcd::Client) {
                     strong.lose_lease(generation, why);
                 }
                 Ended::Closed => {
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(1),
-                        client.lease_client().revoke(lease),
-                    )
-                    .await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(1), rpc.lease_revoke(lease)).await;
                     return;
                 }
             },
             (None, _, _, asked) => {
-                let granted = grant(&client, asked).await;
+                let granted = grant(&rpc, asked).await;
                 let Some(strong) = shared.upgrade() else {
                     if let Ok((lease, _)) = granted {
-                        let _ = tokio::time::timeout(
-                            Duration::from_secs(1),
-                            client.lease_client().revoke(lease),
-                        )
-                        .await;
+                        let _ =
+                            tokio::time::timeout(Duration::from_secs(1), rpc.lease_revoke(lease))
+                                .await;
                     }
                     return;
                 };
@@ -107,7 +99,7 @@ pub(super) async fn keep_alive(shared: Weak<Shared>, client: etcd::Client) {
 
 /// Renews `lease` every third of its TTL through one keep-alive stream, opened again when it
 /// breaks, until the lease is lost or the backend is dropped.
-async fn renew(shared: &Weak<Shared>, client: &etcd::Client, lease: i64, ttl: Duration) -> Ended {
+async fn renew(shared: &Weak<Shared>, rpc: &Rpc, lease: i64, ttl: Duration) -> Ended {
     // The server ends the lease a TTL after the last keep-alive it received; a keep-alive
     // sent at `renewed` was received after it. Half a TTL leaves room for a slow answer.
     let mut renewed = Instant::now();
@@ -120,13 +112,26 @@ async fn renew(shared: &Weak<Shared>, client: &etcd::Client, lease: i64, ttl: Du
             return Ended::Lost("no keep-alive was answered for half the lease's TTL");
         }
         let sent = Instant::now();
-        let opened =
-            tokio::time::timeout_at(give_up(renewed), client.lease_client().keep_alive(lease))
-                .await;
-        let (mut keeper, mut stream) = match opened {
+        // The stream opens with a first keep-alive, whose answer says whether the lease is
+        // still there.
+        let opened = tokio::time::timeout_at(give_up(renewed), async {
+            let (keeper, mut stream) = rpc.lease_keep_alive(lease).await?;
+            let first = stream.message().await?;
+            Ok::<_, tonic::Status>((keeper, stream, first))
+        })
+        .await;
+        let (keeper, mut stream) = match opened {
             Err(_) => continue,
-            Ok(Err(etcd::Error::LeaseKeepAliveError(_))) => {
+            Ok(Ok((_, _, Some(answer)))) if answer.ttl <= 0 => {
                 return Ended::Lost("the server no longer has the lease");
+            }
+            Ok(Ok((keeper, stream, Some(_)))) => (keeper, stream),
+            Ok(Ok((_, _, None))) => {
+                tracing::debug!("the etcd keep-alive stream ended at once");
+                suspend(shared);
+                tokio::time::sleep_until((Instant::now() + REOPEN_AFTER).min(give_up(renewed)))
+                    .await;
+                continue;
             }
             Ok(Err(error)) => {
                 tracing::debug!(%error, "opening the etcd keep-alive stream failed");
@@ -135,7 +140,6 @@ async fn renew(shared: &Weak<Shared>, client: &etcd::Client, lease: i64, ttl: Du
                     .await;
                 continue;
             }
-            Ok(Ok(opened)) => opened,
         };
         renewed = sent;
         connect(shared);
@@ -145,11 +149,15 @@ async fn renew(shared: &Weak<Shared>, client: &etcd::Client, lease: i64, ttl: Du
                 return Ended::Closed;
             }
             let sent = Instant::now();
-            if keeper.keep_alive().await.is_err() {
+            if keeper
+                .send(LeaseKeepAliveRequest { id: lease })
+                .await
+                .is_err()
+            {
                 break;
             }
             match tokio::time::timeout_at(give_up(renewed), stream.message()).await {
-                Ok(Ok(Some(answer))) if answer.ttl() > 0 => {
+                Ok(Ok(Some(answer))) if answer.ttl > 0 => {
                     renewed = sent;
                     connect(shared);
                 }
@@ -212,10 +220,9 @@ impl Shared {
         });
         if let Some(old) = old {
             // Frees the old keys at once when the server can be reached.
-            let client = self.client.clone();
+            let rpc = self.rpc.clone();
             tokio::spawn(async move {
-                let _ =
-                    tokio::time::timeout(REQUEST_TIMEOUT, client.lease_client().revoke(old)).await;
+                let _ = tokio::time::timeout(REQUEST_TIMEOUT, rpc.lease_revoke(old)).await;
             });
         }
     }

@@ -10,8 +10,8 @@
 //! escaped names, which is not the names' order (`%` sorts before `-`): the whole range is
 //! read, keeping the smallest names asked for.
 
-use etcd::GetOptions;
-
+use super::api::etcdserverpb::RangeRequest;
+use super::rpc::prefix_end;
 use super::*;
 use crate::name::{Smallest, escape, unescape};
 
@@ -37,19 +37,6 @@ fn name_of(key: &[u8]) -> Option<String> {
     unescape(escaped)
 }
 
-/// The end of the range of keys that start with `prefix` (etcd's `\0` for "every key from
-/// the start on" when no key ends it).
-fn range_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
-}
-
 impl Shared {
     pub(super) async fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
         let mut found = Smallest::new(limit);
@@ -57,38 +44,38 @@ impl Shared {
             return Ok(Vec::new());
         }
         let start = format!("{}{}", self.url.prefix, escape(prefix)).into_bytes();
-        let end = range_end(&start);
+        let end = prefix_end(&start);
         // etcd refuses an empty key; `\0` is the first key there is.
         let mut from = if start.is_empty() { vec![0] } else { start };
         let mut revision = 0;
         loop {
-            let mut options = GetOptions::new()
-                .with_range(end.clone())
-                .with_keys_only()
-                .with_limit(PAGE);
-            if revision > 0 {
-                options = options.with_revision(revision);
-            }
-            let page = self
-                .call("list the locks", self.kv().get(from.clone(), Some(options)))
-                .await?;
+            // Revision 0 reads the newest; the next pages read the first page's.
+            let read = RangeRequest {
+                key: from.clone(),
+                range_end: end.clone(),
+                keys_only: true,
+                limit: PAGE,
+                revision,
+                ..RangeRequest::default()
+            };
+            let page = self.call("list the locks", self.rpc.range(read)).await?;
             if revision == 0 {
-                revision = page.header().map_or(0, |header| header.revision());
+                revision = rpc::revision_of(page.header.as_ref());
             }
-            for kv in page.kvs() {
-                let Some(key) = kv.key().strip_prefix(self.url.prefix.as_bytes()) else {
+            for kv in &page.kvs {
+                let Some(key) = kv.key.strip_prefix(self.url.prefix.as_bytes()) else {
                     continue;
                 };
-                if kv.lease() == 0 {
+                if kv.lease == 0 {
                     continue;
                 }
                 if let Some(name) = name_of(key).filter(|name| name.starts_with(prefix)) {
                     found.add(name);
                 }
             }
-            match page.kvs().last() {
-                Some(last) if page.more() => {
-                    from = last.key().to_vec();
+            match page.kvs.last() {
+                Some(last) if page.more => {
+                    from = last.key.clone();
                     from.push(0);
                 }
                 _ => break,
@@ -121,12 +108,5 @@ mod tests {
         ] {
             assert_eq!(name_of(other), None, "{}", String::from_utf8_lossy(other));
         }
-    }
-
-    #[test]
-    fn ranges_end_after_their_prefix() {
-        assert_eq!(range_end(b"ab"), b"ac");
-        assert_eq!(range_end(b"a\xff"), b"b");
-        assert_eq!(range_end(b""), b"\0");
     }
 }

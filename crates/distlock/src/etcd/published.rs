@@ -4,8 +4,9 @@
 //! only if the key's modification revision is still the one read, so it is atomic per key.
 //! A withdrawn record keeps its key and term.
 
-use etcd::{Compare, CompareOp, KeyValue, Txn, TxnOp, TxnOpResponse};
-
+use super::api::etcdserverpb::compare::CompareResult;
+use super::api::mvccpb::KeyValue;
+use super::rpc::{get, modified, op_get, op_put, put, read_kv, txn};
 use super::*;
 use crate::backend::Published;
 
@@ -18,22 +19,14 @@ fn decoded(kv: Option<&KeyValue>, operation: &'static str) -> Result<(Option<Pub
     let Some(kv) = kv else {
         return Ok((None, 0));
     };
-    let record = Published::decode(kv.value()).ok_or_else(|| {
+    let record = Published::decode(&kv.value).ok_or_else(|| {
         Error::backend(
             SCHEME,
             operation,
             "a published key does not hold a published record",
         )
     })?;
-    Ok((Some(record), kv.mod_revision()))
-}
-
-/// The key-value the `else` branch's read found, after a failed compare.
-fn else_read(answer: &etcd::TxnResponse) -> Option<KeyValue> {
-    match answer.op_responses().first() {
-        Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
-        _ => None,
-    }
+    Ok((Some(record), kv.mod_revision))
 }
 
 impl Shared {
@@ -46,8 +39,8 @@ impl Shared {
         key: &str,
         operation: &'static str,
     ) -> Result<(Option<Published>, i64)> {
-        let answer = self.call(operation, self.kv().get(key, None)).await?;
-        decoded(answer.kvs().first(), operation)
+        let answer = self.call(operation, self.rpc.range(get(key))).await?;
+        decoded(answer.kvs.first(), operation)
     }
 
     /// Writes `data` to `key` if its modification revision is `revision` (0: absent). `Ok(None)`
@@ -59,15 +52,17 @@ impl Shared {
         data: Vec<u8>,
         operation: &'static str,
     ) -> Result<Option<(Option<Published>, i64)>> {
-        let txn = Txn::new()
-            .when([Compare::mod_revision(key, CompareOp::Equal, revision)])
-            .and_then([TxnOp::put(key, data, None)])
-            .or_else([TxnOp::get(key, None)]);
-        let answer = self.call(operation, self.kv().txn(txn)).await?;
-        if answer.succeeded() {
+        let request = txn(
+            [modified(key, CompareResult::Equal, revision)],
+            [op_put(put(key, data, 0))],
+            [op_get(get(key))],
+        );
+        let answer = self.call(operation, self.rpc.txn(request)).await?;
+        if answer.succeeded {
             return Ok(None);
         }
-        decoded(else_read(&answer).as_ref(), operation).map(Some)
+        // The `else` branch's read: what the key holds now.
+        decoded(read_kv(&answer.responses, 0), operation).map(Some)
     }
 
     pub(super) async fn publish_record(

@@ -3,11 +3,16 @@
 use std::future::Future;
 use std::sync::atomic::Ordering;
 
-use etcd::{
-    Compare, CompareOp, GetOptions, KeyValue, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-};
+use tonic::Status;
 
+use super::api::etcdserverpb::{RangeRequest, TxnRequest, TxnResponse, range_request::SortOrder};
+use super::rpc::{
+    by_creation, created, delete, get, get_prefix, op_delete, op_get, op_put, put, read_kv,
+    revision_of, txn,
+};
 use super::*;
+
+use super::api::etcdserverpb::compare::CompareResult;
 
 /// How many keys one renewal transaction checks (the server's default limit on the
 /// operations of one transaction is 128).
@@ -27,26 +32,25 @@ fn revision_token(revision: i64) -> u64 {
     u64::try_from(revision).unwrap_or(0)
 }
 
-/// The first key-value of the `index`th answer of a transaction, if that answer is a read
-/// that found one.
-fn read_kv(responses: &[TxnOpResponse], index: usize) -> Option<&KeyValue> {
-    match responses.get(index) {
-        Some(TxnOpResponse::Get(get)) => get.kvs().first(),
-        _ => None,
+/// A read of the first contender of a lock's prefix: the key with the lowest create revision.
+fn first_created(lock_prefix: &str) -> RangeRequest {
+    by_creation(get_prefix(lock_prefix), SortOrder::Ascend)
+}
+
+/// A read of `key` alone, its key only.
+fn key_only(key: impl Into<Vec<u8>>) -> RangeRequest {
+    RangeRequest {
+        keys_only: true,
+        ..get(key)
     }
 }
 
-/// A read of the first contender of a lock's prefix: the key with the lowest create revision.
-fn first_created() -> GetOptions {
-    GetOptions::new()
-        .with_prefix()
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
-}
-
 /// The first contender of `lock_prefix`, its key only.
-fn first_of(lock_prefix: &str) -> TxnOp {
-    TxnOp::get(lock_prefix, Some(first_created().with_keys_only()))
+fn first_of(lock_prefix: &str) -> api::etcdserverpb::RequestOp {
+    op_get(RangeRequest {
+        keys_only: true,
+        ..first_created(lock_prefix)
+    })
 }
 
 impl Shared {
@@ -54,7 +58,7 @@ impl Shared {
     pub(super) async fn call<T>(
         &self,
         operation: &'static str,
-        request: impl Future<Output = std::result::Result<T, etcd::Error>>,
+        request: impl Future<Output = std::result::Result<T, Status>>,
     ) -> Result<T> {
         match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
             Ok(Ok(answer)) => Ok(answer),
@@ -69,10 +73,10 @@ impl Shared {
 
     /// Runs a transaction, sending it again after a failure (at most [`ATTEMPTS`] times):
     /// for transactions whose second run answers what the first did.
-    async fn txn_again(&self, operation: &'static str, txn: Txn) -> Result<etcd::TxnResponse> {
+    async fn txn_again(&self, operation: &'static str, txn: TxnRequest) -> Result<TxnResponse> {
         let mut attempt = 1;
         loop {
-            match self.call(operation, self.kv().txn(txn.clone())).await {
+            match self.call(operation, self.rpc.txn(txn.clone())).await {
                 Ok(answer) => return Ok(answer),
                 Err(error) if attempt >= ATTEMPTS => return Err(error),
                 Err(error) => {
@@ -102,23 +106,28 @@ impl Shared {
             LockKind::Leader(value) => value.as_bytes(),
             _ => &[],
         };
-        let put = TxnOp::put(key, value, Some(etcd::PutOptions::new().with_lease(lease)));
+        let put = op_put(put(key, value, lease));
         let when = if only_if_free {
-            Compare::create_revision(lock_prefix, CompareOp::Equal, 0).with_prefix()
+            // Every key of the prefix is absent.
+            api::etcdserverpb::Compare {
+                range_end: rpc::prefix_end(lock_prefix.as_bytes()),
+                ..created(lock_prefix, CompareResult::Equal, 0)
+            }
         } else {
-            Compare::create_revision(key, CompareOp::Equal, 0)
+            created(key, CompareResult::Equal, 0)
         };
-        let txn = Txn::new()
-            .when([when])
-            .and_then([put, first_of(lock_prefix)])
-            .or_else([TxnOp::get(key, None), first_of(lock_prefix)]);
-        let answer = self.txn_again("put a lock key", txn).await?;
-        let responses = answer.op_responses();
-        let token = if answer.succeeded() {
-            revision_token(answer.header().map_or(0, |header| header.revision()))
+        let request = txn(
+            [when],
+            [put, first_of(lock_prefix)],
+            [op_get(get(key)), first_of(lock_prefix)],
+        );
+        let answer = self.txn_again("put a lock key", request).await?;
+        let responses = &answer.responses;
+        let token = if answer.succeeded {
+            revision_token(revision_of(answer.header.as_ref()))
         } else {
-            match read_kv(&responses, 0) {
-                Some(kv) => revision_token(kv.create_revision()),
+            match read_kv(responses, 0) {
+                Some(kv) => revision_token(kv.create_revision),
                 None if only_if_free => return Ok(None),
                 None => {
                     return Err(Error::backend(
@@ -129,7 +138,7 @@ impl Shared {
                 }
             }
         };
-        let first = read_kv(&responses, 1).is_some_and(|kv| kv.key() == key.as_bytes());
+        let first = read_kv(responses, 1).is_some_and(|kv| kv.key == key.as_bytes());
         Ok(Some((
             Node {
                 key: key.into(),
@@ -242,18 +251,13 @@ impl Shared {
     /// The first candidate in line of an election (`concurrency.Election`'s leader): its
     /// create revision as the term, its value, its key as the holder.
     pub(super) async fn read_leader(&self, name: &LockName) -> Result<Option<Published>> {
-        let options = first_created();
-        let answer = self
-            .call(
-                "read the leader",
-                self.kv().get(self.lock_prefix(name), Some(options)),
-            )
-            .await?;
-        Ok(answer.kvs().first().map(|kv| {
+        let read = first_created(&self.lock_prefix(name));
+        let answer = self.call("read the leader", self.rpc.range(read)).await?;
+        Ok(answer.kvs.first().map(|kv| {
             Published::new(
-                revision_token(kv.create_revision()),
-                String::from_utf8_lossy(kv.value()),
-                String::from_utf8_lossy(kv.key()),
+                revision_token(kv.create_revision),
+                String::from_utf8_lossy(&kv.value),
+                String::from_utf8_lossy(&kv.key),
             )
         }))
     }
@@ -306,22 +310,22 @@ impl Shared {
     /// `Ok(false)` when it was not there. A second run after a failure that finds the key
     /// gone counts as deleted: the first run may have deleted it.
     pub(super) async fn delete_key(&self, key: &str, token: Option<u64>) -> Result<bool> {
-        let when: Vec<Compare> = match token {
-            Some(token) => vec![Compare::create_revision(
+        let when = match token {
+            Some(token) => created(
                 key,
-                CompareOp::Equal,
+                CompareResult::Equal,
                 i64::try_from(token).unwrap_or(i64::MAX),
-            )],
-            None => vec![Compare::create_revision(key, CompareOp::Greater, 0)],
+            ),
+            None => created(key, CompareResult::Greater, 0),
         };
-        let txn = Txn::new().when(when).and_then([TxnOp::delete(key, None)]);
+        let request = txn([when], [op_delete(delete(key))], []);
         let mut attempt = 1;
         loop {
             match self
-                .call("delete a lock key", self.kv().txn(txn.clone()))
+                .call("delete a lock key", self.rpc.txn(request.clone()))
                 .await
             {
-                Ok(answer) => return Ok(answer.succeeded() || attempt > 1),
+                Ok(answer) => return Ok(answer.succeeded || attempt > 1),
                 Err(error) if attempt >= ATTEMPTS => return Err(error),
                 Err(error) => {
                     tracing::debug!(%error, "deleting a lock key failed; sending it again");
@@ -341,18 +345,16 @@ impl Shared {
             .filter_map(|(i, node)| node.as_ref().map(|node| (i, node)))
             .collect();
         for batch in wanted.chunks(CHECK_BATCH) {
-            let reads: Vec<TxnOp> = batch
+            let reads = batch
                 .iter()
-                .map(|(_, node)| TxnOp::get(&*node.key, Some(GetOptions::new().with_keys_only())))
-                .collect();
+                .map(|(_, node)| op_get(key_only(node.key.as_bytes())));
             self.key_checks.fetch_add(1, Ordering::Relaxed);
             let answer = self
-                .call("check lock keys", self.kv().txn(Txn::new().and_then(reads)))
+                .call("check lock keys", self.rpc.txn(txn([], reads, [])))
                 .await?;
-            let responses = answer.op_responses();
             for (at, (i, node)) in batch.iter().enumerate() {
-                alive[*i] = read_kv(&responses, at)
-                    .is_some_and(|kv| revision_token(kv.create_revision()) == node.token);
+                alive[*i] = read_kv(&answer.responses, at)
+                    .is_some_and(|kv| revision_token(kv.create_revision) == node.token);
             }
         }
         Ok(alive)
@@ -360,25 +362,21 @@ impl Shared {
 
     /// Whether `node` is still there, and the key just before it in line.
     pub(super) async fn look(&self, lock_prefix: &str, node: &Node) -> Result<Look> {
-        let before = GetOptions::new()
-            .with_prefix()
-            .with_max_create_revision(i64::try_from(node.token).unwrap_or(i64::MAX) - 1)
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1)
-            .with_keys_only();
-        let txn = Txn::new().and_then([
-            TxnOp::get(&*node.key, Some(GetOptions::new().with_keys_only())),
-            TxnOp::get(lock_prefix, Some(before)),
-        ]);
+        let before = RangeRequest {
+            max_create_revision: i64::try_from(node.token).unwrap_or(i64::MAX) - 1,
+            keys_only: true,
+            ..by_creation(get_prefix(lock_prefix), SortOrder::Descend)
+        };
+        let reads = [op_get(key_only(node.key.as_bytes())), op_get(before)];
         let answer = self
-            .call("look at the lock's queue", self.kv().txn(txn))
+            .call("look at the lock's queue", self.rpc.txn(txn([], reads, [])))
             .await?;
-        let responses = answer.op_responses();
+        let responses = &answer.responses;
         Ok(Look {
-            own: read_kv(&responses, 0)
-                .is_some_and(|kv| revision_token(kv.create_revision()) == node.token),
-            predecessor: read_kv(&responses, 1).map(|kv| (kv.key().to_vec(), kv.create_revision())),
-            revision: answer.header().map_or(0, |header| header.revision()),
+            own: read_kv(responses, 0)
+                .is_some_and(|kv| revision_token(kv.create_revision) == node.token),
+            predecessor: read_kv(responses, 1).map(|kv| (kv.key.clone(), kv.create_revision)),
+            revision: revision_of(answer.header.as_ref()),
         })
     }
 
@@ -386,28 +384,25 @@ impl Shared {
     /// under the same name is another key).
     pub(super) async fn exists(&self, key: &[u8], created: i64) -> Result<bool> {
         let answer = self
-            .call(
-                "check a lock key",
-                self.kv().get(key, Some(GetOptions::new().with_keys_only())),
-            )
+            .call("check a lock key", self.rpc.range(key_only(key)))
             .await?;
         Ok(answer
-            .kvs()
+            .kvs
             .first()
-            .is_some_and(|kv| kv.create_revision() == created))
+            .is_some_and(|kv| kv.create_revision == created))
     }
 
     pub(super) async fn is_locked(&self, name: &LockName) -> Result<bool> {
         let answer = self
             .call(
                 "check the lock",
-                self.kv().get(
-                    self.lock_prefix(name),
-                    Some(GetOptions::new().with_prefix().with_count_only()),
-                ),
+                self.rpc.range(RangeRequest {
+                    count_only: true,
+                    ..get_prefix(self.lock_prefix(name))
+                }),
             )
             .await?;
-        Ok(answer.count() > 0)
+        Ok(answer.count > 0)
     }
 
     /// Who holds a lock we do not: used to answer a release or extension by a non-holder.
@@ -426,24 +421,25 @@ impl Shared {
             let answer = self
                 .call(
                     "force-unlock",
-                    self.kv().txn(Txn::new().and_then([first_of(&lock_prefix)])),
+                    self.rpc.txn(txn([], [first_of(&lock_prefix)], [])),
                 )
                 .await?;
-            let responses = answer.op_responses();
-            let Some(first) = read_kv(&responses, 0) else {
+            let Some(first) = read_kv(&answer.responses, 0) else {
                 return Ok(false);
             };
-            let txn = Txn::new()
-                .when([Compare::create_revision(
-                    first.key(),
-                    CompareOp::Equal,
-                    first.create_revision(),
-                )])
-                .and_then([TxnOp::delete(first.key(), None)]);
+            let request = txn(
+                [created(
+                    first.key.clone(),
+                    CompareResult::Equal,
+                    first.create_revision,
+                )],
+                [op_delete(delete(first.key.clone()))],
+                [],
+            );
             if self
-                .call("force-unlock", self.kv().txn(txn))
+                .call("force-unlock", self.rpc.txn(request))
                 .await?
-                .succeeded()
+                .succeeded
             {
                 return Ok(true);
             }

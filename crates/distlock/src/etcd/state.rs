@@ -137,10 +137,6 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(super) fn kv(&self) -> etcd::KvClient {
-        self.client.kv_client()
-    }
-
     pub(super) fn lock_prefix(&self, name: &LockName) -> String {
         self.url.lock_prefix(&name.escaped())
     }

@@ -1,6 +1,9 @@
 //! The etcd lock's waiter: a watch on the key just before its own.
 
-use etcd::{EventType, WatchOptions, WatchStream};
+use tonic::Streaming;
+
+use super::api::etcdserverpb::{WatchCreateRequest, WatchResponse, watch_request};
+use super::api::mvccpb::event::EventType;
 
 use super::url::WatchStart;
 use super::*;
@@ -74,31 +77,37 @@ impl EtcdWaiter {
     }
 
     /// Opens a watch on `key`, from now or (`?watch=etcd`) from `revision`.
-    async fn watch(&self, key: &[u8], revision: i64) -> Result<WatchStream> {
-        let options = match self.shared.url.watch {
-            WatchStart::Now => WatchOptions::new(),
-            WatchStart::Revision => WatchOptions::new().with_start_revision(revision),
+    async fn watch(&self, key: &[u8], revision: i64) -> Result<Streaming<WatchResponse>> {
+        let create = WatchCreateRequest {
+            key: key.to_vec(),
+            start_revision: match self.shared.url.watch {
+                WatchStart::Now => 0,
+                WatchStart::Revision => revision,
+            },
+            ..WatchCreateRequest::default()
         };
-        let mut client = self.shared.client.watch_client();
-        let (_watcher, stream) = self
+        let request = api::etcdserverpb::WatchRequest {
+            request_union: Some(watch_request::RequestUnion::CreateRequest(create)),
+        };
+        let (_requests, stream) = self
             .shared
-            .call("watch a lock key", client.watch(key, Some(options)))
+            .call("watch a lock key", self.shared.rpc.watch(request))
             .await?;
-        // Dropping the watcher's handle leaves the stream open; dropping the stream ends it.
+        // Dropping the requests' half leaves the stream open; dropping the stream ends it.
         Ok(stream)
     }
 }
 
 /// Waits until `stream` reports `key` deleted, or ends.
-async fn deleted(stream: &mut WatchStream) {
+async fn deleted(stream: &mut Streaming<WatchResponse>) {
     loop {
         match stream.message().await {
             Ok(Some(answer)) => {
-                if answer.canceled()
+                if answer.canceled
                     || answer
-                        .events()
+                        .events
                         .iter()
-                        .any(|event| event.event_type() == EventType::Delete)
+                        .any(|event| event.r#type() == EventType::Delete)
                 {
                     return;
                 }

@@ -54,19 +54,22 @@ impl OwnCluster {
     /// The member (1..=3) that leads now, as the members still running say.
     async fn leader(&self) -> Option<u16> {
         for member in 1..=3 {
-            let endpoint = format!("127.0.0.1:{}", self.base + member - 1);
-            let options = etcd::ConnectOptions::new().with_timeout(Duration::from_millis(500));
-            let Ok(mut client) = etcd::Client::connect([endpoint], Some(options)).await else {
+            let mut command = Command::new("etcdctl");
+            command
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints=127.0.0.1:{}", self.base + member - 1))
+                .args(["--dial-timeout=500ms", "--command-timeout=1s"])
+                .args(["endpoint", "status", "-w", "fields"])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null());
+            let Ok(Ok(output)) = tokio::task::spawn_blocking(move || command.output()).await else {
                 continue;
             };
-            let Ok(Ok(status)) =
-                tokio::time::timeout(Duration::from_secs(1), client.status()).await
-            else {
-                continue;
-            };
-            if status
-                .header()
-                .is_some_and(|h| h.member_id() == status.leader())
+            let status = String::from_utf8_lossy(&output.stdout);
+            let value = |name: &str| status.lines().find_map(|line| field(line, name));
+            if output.status.success()
+                && value("MemberID").is_some()
+                && value("MemberID") == value("Leader")
             {
                 return Some(member);
             }

@@ -112,11 +112,11 @@ impl Drop for Etcdctl {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise1_an_etcdctl_lock_excludes_distlock() {
     let url = standalone();
-    let mut raw = raw(&url).await;
+    let raw = raw(&url).await;
     let name = unique("etcdctl_holds");
     let mut etcdctl = Etcdctl::lock(&url, &name, &["sleep", "2"]);
     let start = Instant::now();
-    while keys(&mut raw, &name).await.is_empty() {
+    while keys(&raw, &name).await.is_empty() {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "etcdctl never locked"
@@ -133,7 +133,7 @@ async fn promise1_an_etcdctl_lock_excludes_distlock() {
         .acquire_with(AcquireOptions::new().wait(Duration::from_secs(20)))
         .await
         .expect("distlock was not granted after etcdctl released");
-    let found = keys(&mut raw, &name).await;
+    let found = keys(&raw, &name).await;
     assert_eq!(
         found.len(),
         1,
@@ -247,11 +247,11 @@ async fn promise1_an_etcdctl_leader_excludes_a_distlock_campaign() {
 async fn promise1_a_distlock_leader_excludes_etcdctl_elect() {
     let url = standalone();
     let name = unique("distlock_leads");
-    let mut raw = raw(&url).await;
+    let raw = raw(&url).await;
     let locks = distlock::connect(&url).await.unwrap();
     let election = locks.election(name.as_str()).unwrap();
     let leadership = election.campaign("distlock").await.unwrap();
-    let found = keys(&mut raw, &name).await;
+    let found = keys(&raw, &name).await;
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(u64::try_from(found[0].1).unwrap(), leadership.term());
     let mut observer = Etcdctl::observe(&url, &name);

@@ -14,7 +14,7 @@ use super::{keys, raw, standalone, unique};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn promise4_two_waiting_tasks_of_one_holder_leave_no_key() {
     let url = standalone();
-    let mut raw = raw(&url).await;
+    let raw = raw(&url).await;
     let name = unique("two-tasks");
     let locks = distlock::connect(&url).await.unwrap();
     let rival = distlock::connect(&url).await.unwrap();
@@ -42,7 +42,7 @@ async fn promise4_two_waiting_tasks_of_one_holder_leave_no_key() {
         }
         let deadline = Instant::now() + Duration::from_secs(3);
         loop {
-            let left = keys(&mut raw, &name).await;
+            let left = keys(&raw, &name).await;
             if left.is_empty() {
                 break;
             }
