@@ -102,6 +102,14 @@
 //! * [`Guard::extend`] moves the end of a fixed lease; [`Guard::set_lease`] turns a renewed
 //!   lock into a fixed lease. Why a lock was lost is a [`LossReason`].
 //! * Dropping a guard releases in the background; [`Guard::release`] reports errors.
+//!
+//! # Without async
+//!
+//! With the `blocking` feature, `distlock::blocking` has the same client, primitives and
+//! guards without `async`, for synchronous programs: `blocking::connect(url)` starts a Tokio
+//! runtime of the client's own on a background thread, and each method blocks the calling
+//! thread until it is answered; `lost()` blocks, `is_lost()` does not. `docs/blocking.md`
+//! says how it works and what it cannot do.
 
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -117,6 +125,9 @@ pub mod backend;
     feature = "sqlite"
 ))]
 mod bare;
+#[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
+pub mod blocking;
 mod client;
 #[cfg(feature = "conformance")]
 pub mod conformance;

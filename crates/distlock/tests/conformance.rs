@@ -5,6 +5,10 @@ use distlock::conformance::Target;
 #[cfg(feature = "redis")]
 use distlock::conformance::servers;
 
+#[cfg(feature = "blocking")]
+#[path = "conformance/blocking.rs"]
+mod blocking;
+
 fn memory() -> Target {
     // A named store, so that the two clients a case connects share it.
     Target::new(format!(
