@@ -6,6 +6,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, mpsc as std_mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,15 +32,26 @@ const STOP_LIMIT: Duration = Duration::from_secs(1);
 /// What errors call the backend before it is known.
 const UNKNOWN_BACKEND: &str = "the blocking client's";
 
+/// The identity of the next runtime started (0 is none).
+static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
+
 thread_local! {
-    /// True on the threads of a blocking client's runtime, which must never wait for that
-    /// runtime to stop.
-    static ON_RUNTIME_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// On the threads of a blocking client's runtime, that runtime's identity (0 elsewhere):
+    /// such a thread must never wait for its own runtime, neither for a request (the request
+    /// could be queued behind the waiting thread itself) nor for the runtime to stop.
+    static RUNTIME_OF_THREAD: Cell<u64> = const { Cell::new(0) };
+}
+
+/// True on a thread of runtime `id`.
+fn on_runtime(id: u64) -> bool {
+    RUNTIME_OF_THREAD.try_with(Cell::get).unwrap_or(0) == id
 }
 
 /// A Tokio runtime on a thread of its own. Dropping the last `Arc` of it stops the runtime
 /// after [`SHUTDOWN_GRACE`] at most, and waits for its thread to end.
 pub(crate) struct Runtime {
+    /// Tells this runtime's threads apart from other runtimes'.
+    id: u64,
     handle: tokio::runtime::Handle,
     /// The backend's scheme, for the errors of requests the runtime could not answer; unset
     /// until the backend is known.
@@ -68,9 +80,10 @@ impl Runtime {
         let (ready_tx, ready_rx) = std_mpsc::sync_channel(1);
         let (stop_tx, stop_rx) = std_mpsc::channel();
         let (unfinished_tx, unfinished_rx) = mpsc::channel(1);
+        let id = NEXT_RUNTIME.fetch_add(1, Ordering::Relaxed);
         let thread = std::thread::Builder::new()
             .name("distlock-blocking".into())
-            .spawn(move || own(ready_tx, stop_rx, unfinished_rx))
+            .spawn(move || own(id, ready_tx, stop_rx, unfinished_rx))
             .map_err(|error| Error::backend(scheme, operation, error))?;
         // The runtime is built on its own thread, so that a failure leaves nothing to drop
         // here, where dropping a runtime could be refused (inside an async context).
@@ -90,6 +103,7 @@ impl Runtime {
             }
         };
         Ok(Arc::new(Runtime {
+            id,
             handle,
             scheme: OnceLock::new(),
             stop: Some(stop_tx),
@@ -110,6 +124,15 @@ impl Runtime {
         T: Send + 'static,
     {
         let scheme = self.scheme();
+        if on_runtime(self.id) {
+            // The request would be queued on this very thread, which would wait for it.
+            return Err(Error::backend(
+                scheme,
+                operation,
+                "a blocking call on a thread of the client's own runtime (from a backend or \
+                 hook run by that client) would wait forever; use the async API there",
+            ));
+        }
         let (answer_tx, answer_rx) = std_mpsc::sync_channel(1);
         drop(self.handle.spawn(async move {
             // The request is dropped at the end of this statement, before the answer is sent.
@@ -173,7 +196,7 @@ impl Drop for Runtime {
         };
         // On a thread of a runtime, joining could wait for that thread itself: let it end
         // on its own.
-        if ON_RUNTIME_THREAD.try_with(Cell::get).unwrap_or(false) {
+        if on_runtime(self.id) {
             return;
         }
         if thread.join().is_err() {
@@ -185,15 +208,16 @@ impl Drop for Runtime {
 /// The runtime's thread: builds the runtime, hands its handle over, and when told to stop,
 /// waits for the background work (at most [`SHUTDOWN_GRACE`]) and stops it.
 fn own(
+    id: u64,
     ready: std_mpsc::SyncSender<std::io::Result<tokio::runtime::Handle>>,
     stop: std_mpsc::Receiver<()>,
     mut unfinished: mpsc::Receiver<()>,
 ) {
-    ON_RUNTIME_THREAD.set(true);
+    RUNTIME_OF_THREAD.set(id);
     let built = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKER_THREADS)
         .thread_name("distlock-blocking-worker")
-        .on_thread_start(|| ON_RUNTIME_THREAD.set(true))
+        .on_thread_start(move || RUNTIME_OF_THREAD.set(id))
         .enable_all()
         .build();
     let runtime = match built {
