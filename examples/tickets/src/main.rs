@@ -48,6 +48,9 @@ struct Args {
     /// under the lock: payment, seat assignment).
     #[arg(long, default_value_t = 1)]
     work_ms: u64,
+    /// Seconds an order waits for the concert's lock before it is answered 503.
+    #[arg(long, default_value_t = 60)]
+    wait_s: u64,
 }
 
 /// An order as it arrives: the concert from the path, the buyer from the body.
@@ -115,6 +118,8 @@ struct Shop {
     locks: Locks,
     store: Arc<dyn StockStore>,
     work: Duration,
+    /// How long an order waits for the lock.
+    wait: Duration,
 }
 
 fn item(concert_id: u64) -> String {
@@ -124,7 +129,7 @@ fn item(concert_id: u64) -> String {
 impl Shop {
     /// Sells one ticket: read the stock, do the order's work, write the stock back, all
     /// under the concert's lock, every store access fenced by the grant's token.
-    #[distlock::locked(locks = self.locks, name = "concert:{order.concert_id}", wait = "60s", token = token)]
+    #[distlock::locked(locks = self.locks, name = "concert:{order.concert_id}", wait = self.wait, token = token)]
     async fn order(&self, order: Order) -> Result<Receipt, ShopError> {
         let item = item(order.concert_id);
         let left = self.store.read_fenced(&item, token).await?;
@@ -250,6 +255,7 @@ async fn serve(args: Args) -> Result<(), String> {
             locks,
             store,
             work: Duration::from_millis(args.work_ms),
+            wait: Duration::from_secs(args.wait_s),
         },
         no_lock: args.no_lock,
     });

@@ -20,6 +20,9 @@ struct Service {
 async fn start(args: &[&str]) -> Service {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tickets"))
         .args(["--port", "0"])
+        // Every order is answered within the test's bound of 180 s: on a loaded 2-core machine
+        // the 1,000 orders through one SQLite lock took 50-61 s, past the default 60 s wait.
+        .args(["--wait-s", "170"])
         .args(args)
         .stdout(Stdio::piped())
         .kill_on_drop(true)
