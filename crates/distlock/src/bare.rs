@@ -102,12 +102,8 @@ impl Bare {
             #[cfg(feature = "etcd")]
             BackendKind::Etcd => {
                 let url = crate::etcd::url::EtcdUrl::parse(url)?;
-                let rpc = crate::etcd::rpc::Rpc::new(
-                    &url.endpoints,
-                    std::time::Duration::from_secs(5),
-                    std::time::Duration::from_secs(2),
-                )
-                .map_err(failed("etcd", "connect"))?;
+                let rpc = crate::etcd::rpc::Rpc::new(&url.endpoints)
+                    .map_err(failed("etcd", "connect"))?;
                 Connection::Etcd(rpc, url.prefix.clone())
             }
             #[cfg(feature = "sqlite")]

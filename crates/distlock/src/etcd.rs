@@ -78,10 +78,6 @@ const SCHEME: &str = "etcd";
 /// How long one request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How often the connection to a server is checked while idle (HTTP/2 pings), and how long
-/// a ping may go unanswered before the connection counts as broken.
-const KEEP_ALIVE: Duration = Duration::from_secs(2);
-
 /// How often one request is sent again after a lost connection.
 const ATTEMPTS: usize = 3;
 
@@ -121,8 +117,7 @@ impl EtcdBackend {
     /// or the lease cannot be granted.
     pub async fn connect(url: &str) -> Result<Self> {
         let url = EtcdUrl::parse(url)?;
-        let rpc = Rpc::new(&url.endpoints, REQUEST_TIMEOUT, KEEP_ALIVE)
-            .map_err(|e| Error::invalid("URL", e))?;
+        let rpc = Rpc::new(&url.endpoints).map_err(|e| Error::invalid("URL", e))?;
         let (lease, ttl) = lease::grant(&rpc, url.lease_ttl).await?;
         let (held_watch, changes) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {

@@ -12,6 +12,7 @@ use super::api::etcdserverpb::{
     WatchCancelRequest, WatchCreateRequest, WatchRequest, WatchResponse, watch_request,
 };
 use super::api::mvccpb::event::EventType;
+use super::rpc::watch_create;
 use super::*;
 
 /// How long the stream waits before it opens again after a failure.
@@ -43,7 +44,7 @@ pub(super) async fn watch(
             // event filtered out.
             format!("{}distlock-held-keys", strong.url.prefix)
         };
-        let first = create(WatchCreateRequest {
+        let first = watch_create(WatchCreateRequest {
             key: anchor.into_bytes(),
             filters: vec![FilterType::Noput.into(), FilterType::Nodelete.into()],
             ..WatchCreateRequest::default()
@@ -93,7 +94,7 @@ pub(super) async fn watch(
                 .requested
                 .insert(*id);
             watched.insert(*id);
-            let watch = create(WatchCreateRequest {
+            let watch = watch_create(WatchCreateRequest {
                 key: node.key.as_bytes().to_vec(),
                 watch_id: *id,
                 filters: vec![FilterType::Noput.into()],
@@ -161,7 +162,7 @@ pub(super) async fn watch(
                         if watched.insert(id) {
                             ids.lock().unwrap_or_else(|p| p.into_inner()).requested.insert(id);
                             // From the grant's revision: a deletion since then is replayed.
-                            let watch = create(WatchCreateRequest {
+                            let watch = watch_create(WatchCreateRequest {
                                 key: key.as_bytes().to_vec(),
                                 watch_id: id,
                                 start_revision: from,
@@ -200,13 +201,6 @@ pub(super) async fn watch(
             return;
         }
         tokio::time::sleep(REOPEN_AFTER).await;
-    }
-}
-
-/// A request of the stream that sets up a watch.
-fn create(watch: WatchCreateRequest) -> WatchRequest {
-    WatchRequest {
-        request_union: Some(watch_request::RequestUnion::CreateRequest(watch)),
     }
 }
 

@@ -12,9 +12,10 @@ use tonic::{Request, Response, Status, Streaming};
 use super::api::etcdserverpb::{
     Compare, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse,
     LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseRevokeRequest, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest, TxnResponse, WatchRequest,
-    WatchResponse, compare, kv_client::KvClient, lease_client::LeaseClient, range_request,
-    request_op, response_op, watch_client::WatchClient,
+    RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest, TxnResponse,
+    WatchCreateRequest, WatchRequest, WatchResponse, compare, kv_client::KvClient,
+    lease_client::LeaseClient, range_request, request_op, response_op, watch_client::WatchClient,
+    watch_request,
 };
 use super::api::mvccpb::KeyValue;
 
@@ -23,6 +24,13 @@ pub(crate) type Answer<T> = std::result::Result<T, Status>;
 
 /// How many requests of one stream wait to be sent at most.
 const STREAM_BUFFER: usize = 64;
+
+/// How long connecting to a server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often the connection to a server is checked while idle (HTTP/2 pings), and how long
+/// a ping may go unanswered before the connection counts as broken.
+const KEEP_ALIVE: Duration = Duration::from_secs(2);
 
 /// The gRPC channel to the cluster; cheap to clone.
 #[derive(Clone)]
@@ -77,18 +85,14 @@ impl Rpc {
     ///
     /// # Errors
     /// An endpoint that is not a valid URI, as text for the caller's error.
-    pub(crate) fn new(
-        endpoints: &[String],
-        connect_timeout: Duration,
-        keep_alive: Duration,
-    ) -> Result<Rpc, String> {
+    pub(crate) fn new(endpoints: &[String]) -> Result<Rpc, String> {
         let (channel, changes) = Channel::balance_channel(endpoints.len().max(1));
         for endpoint in endpoints {
             let target = Endpoint::from_shared(endpoint.clone())
                 .map_err(|e| format!("{endpoint}: {e}"))?
-                .connect_timeout(connect_timeout)
-                .http2_keep_alive_interval(keep_alive)
-                .keep_alive_timeout(keep_alive)
+                .connect_timeout(CONNECT_TIMEOUT)
+                .http2_keep_alive_interval(KEEP_ALIVE)
+                .keep_alive_timeout(KEEP_ALIVE)
                 .keep_alive_while_idle(true);
             changes
                 .try_send(tonic::transport::channel::Change::Insert(
@@ -252,6 +256,13 @@ pub(crate) fn delete(key: impl Into<Vec<u8>>) -> DeleteRangeRequest {
     DeleteRangeRequest {
         key: key.into(),
         ..DeleteRangeRequest::default()
+    }
+}
+
+/// A request of a watch stream that sets up a watch.
+pub(crate) fn watch_create(watch: WatchCreateRequest) -> WatchRequest {
+    WatchRequest {
+        request_union: Some(watch_request::RequestUnion::CreateRequest(watch)),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use tonic::Streaming;
 
-use super::api::etcdserverpb::{WatchCreateRequest, WatchResponse, watch_request};
+use super::api::etcdserverpb::{WatchCreateRequest, WatchResponse};
 use super::api::mvccpb::event::EventType;
 
 use super::url::WatchStart;
@@ -86,12 +86,12 @@ impl EtcdWaiter {
             },
             ..WatchCreateRequest::default()
         };
-        let request = api::etcdserverpb::WatchRequest {
-            request_union: Some(watch_request::RequestUnion::CreateRequest(create)),
-        };
         let (_requests, stream) = self
             .shared
-            .call("watch a lock key", self.shared.rpc.watch(request))
+            .call(
+                "watch a lock key",
+                self.shared.rpc.watch(rpc::watch_create(create)),
+            )
             .await?;
         // Dropping the requests' half leaves the stream open; dropping the stream ends it.
         Ok(stream)
