@@ -211,14 +211,35 @@ impl<D: Dialect> SessionBackend<D> {
     }
 }
 
-/// A lock the watcher looks at: its name, its server key and its grant's token.
-type Watched<D> = (HeldKey, <D as Dialect>::Key, u64);
 /// One lock connection and the keys to ask it about.
 type ConnKeys<D> = (Arc<LockConn<D>>, Vec<<D as Dialect>::Key>);
 /// One lock connection and the keys it answered it holds.
 type ConnHolds<D> = (Arc<LockConn<D>>, HashSet<<D as Dialect>::Key>);
-/// One lock connection and the locks it should hold.
-type ConnLocks<D> = (Arc<LockConn<D>>, Vec<Watched<D>>);
+
+/// One grant a background check asks about, as the state recorded it when the check began:
+/// its answer may forget or extend that grant only, never a later grant of the name.
+struct Asked<D: Dialect> {
+    slot: HeldKey,
+    conn: Arc<LockConn<D>>,
+    key: D::Key,
+    token: u64,
+}
+
+impl<D: Dialect> Asked<D> {
+    fn of(slot: &HeldKey, held: &Held<D>) -> Self {
+        Asked {
+            slot: slot.clone(),
+            conn: held.conn.clone(),
+            key: held.key.clone(),
+            token: held.token,
+        }
+    }
+
+    /// Whether `held` is this grant (not a later one of the same name).
+    fn is(&self, held: &Held<D>) -> bool {
+        held.token == self.token && Arc::ptr_eq(&held.conn, &self.conn)
+    }
+}
 
 #[async_trait]
 impl<D: Dialect> Backend for SessionBackend<D> {
@@ -410,12 +431,20 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         let shared = &self.shared;
         let start = Instant::now();
         let slot = HeldKey::of(name, owner);
-        if shared.alive(name, owner).await? {
-            if let Some(held) = shared.state().held.get_mut(&slot) {
-                held.expires_at = start + lease;
+        if let Some(token) = shared.alive(name, owner).await? {
+            // Only the grant the server was asked about: if its lease ended meanwhile (it is
+            // being unlocked) or it was released, the extension is refused.
+            let extended = match shared.state().held.get_mut(&slot) {
+                Some(held) if &held.owner == owner && held.token == token => {
+                    held.expires_at = start + lease;
+                    true
+                }
+                _ => false,
+            };
+            if extended {
+                shared.reaper.notify_one();
+                return Ok(Extended::Extended);
             }
-            shared.reaper.notify_one();
-            return Ok(Extended::Extended);
         }
         if shared.lease_ending(&slot) {
             return Ok(Extended::NotHeld);
@@ -429,27 +458,34 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         })
     }
 
+    /// Renews the grants of `locks` as they are when the renewal begins. A lock released and
+    /// granted again while the renewal is in flight keeps its new grant (with the lease it
+    /// was granted): the answer is about the earlier grant only, and the keeper, which knows
+    /// which grant it renewed, ignores it. A newer grant answers true.
     async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
         let shared = &self.shared;
         let start = Instant::now();
-        let alive = shared.ask_connections(locks).await;
+        let grants = shared.grants_of(locks);
+        let answers = shared.ask_connections(&grants).await;
         let mut state = shared.state();
         Ok(locks
             .iter()
-            .map(|(name, owner)| {
+            .zip(grants.iter().zip(answers))
+            .map(|((name, owner), (asked, answer))| {
                 let slot = HeldKey::of(name, owner);
                 let Some(held) = state.held.get_mut(&slot).filter(|h| &h.owner == owner) else {
                     return false;
                 };
-                let ok = alive
-                    .iter()
-                    .any(|(conn, keys)| Arc::ptr_eq(conn, &held.conn) && keys.contains(&held.key));
-                if ok {
+                let Some(asked) = asked.as_ref().filter(|asked| asked.is(held)) else {
+                    // Granted after the renewal began: not what it asked about.
+                    return true;
+                };
+                if answer == Some(true) {
                     held.expires_at = start + lease;
-                } else {
-                    state.held.remove(&slot);
+                    return true;
                 }
-                ok
+                state.held.remove(&asked.slot);
+                false
             })
             .collect())
     }
@@ -460,7 +496,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
 
     async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
         let shared = &self.shared;
-        if !shared.alive(name, owner).await? {
+        if shared.alive(name, owner).await?.is_none() {
             return Ok(0);
         }
         Ok(shared
@@ -491,22 +527,28 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         Some(self.shared.status.subscribe())
     }
 
+    /// Which grants of `locks` the server still holds; a grant made after the check began
+    /// counts as held (the client checks the grants it knew of).
     async fn still_held(&self, locks: &[(LockName, Owner)]) -> Result<Vec<bool>> {
         let shared = &self.shared;
-        let alive = shared.ask_connections(locks).await;
+        let grants = shared.grants_of(locks);
+        let answers = shared.ask_connections(&grants).await;
         let state = shared.state();
         Ok(locks
             .iter()
-            .map(|(name, owner)| {
-                state
+            .zip(grants.iter().zip(answers))
+            .map(|((name, owner), (asked, answer))| {
+                let Some(held) = state
                     .held
                     .get(&HeldKey::of(name, owner))
                     .filter(|h| &h.owner == owner)
-                    .is_some_and(|held| {
-                        alive.iter().any(|(conn, keys)| {
-                            Arc::ptr_eq(conn, &held.conn) && keys.contains(&held.key)
-                        })
-                    })
+                else {
+                    return false;
+                };
+                match asked {
+                    Some(asked) if asked.is(held) => answer == Some(true),
+                    _ => true,
+                }
             })
             .collect())
     }

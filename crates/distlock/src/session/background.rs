@@ -15,30 +15,22 @@ pub(super) async fn watch_sessions<D: Dialect>(shared: Weak<Shared<D>>) {
             return;
         };
         strong.retire_unused_primary();
-        let mut by_conn: Vec<ConnLocks<D>> = Vec::new();
-        for (name, held) in strong.state().held.iter() {
-            let entry = (name.clone(), held.key.clone(), held.token);
-            match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &held.conn)) {
-                Some((_, locks)) => locks.push(entry),
-                None => by_conn.push((held.conn.clone(), vec![entry])),
-            }
-        }
+        let grants: Vec<Option<Asked<D>>> = strong
+            .state()
+            .held
+            .iter()
+            .map(|(slot, held)| Some(Asked::of(slot, held)))
+            .collect();
+        let answers = strong.ask_connections(&grants).await;
         let mut gone = 0;
-        for (conn, locks) in by_conn {
-            let keys: Vec<D::Key> = locks.iter().map(|(_, key, _)| key.clone()).collect();
-            let still = match strong.held_keys_surely(&conn, &keys).await {
-                Ok(still) => still,
-                Err(error) => {
-                    tracing::warn!(%error, "a lock connection failed; its locks are lost");
-                    strong.lose_connection(&conn).await;
-                    continue;
-                }
-            };
-            for (name, key, token) in locks {
-                if !still.contains(&key) && strong.forget_grant(&name, &conn, token) {
-                    tracing::debug!(lock = %name, "the lock's session no longer holds it");
-                    gone += 1;
-                }
+        for (grant, answer) in grants.iter().zip(answers) {
+            // A connection that failed was given up with its grants, and the client told.
+            if let Some(grant) = grant
+                && answer == Some(false)
+                && strong.forget_grant(&grant.slot, &grant.conn, grant.token)
+            {
+                tracing::debug!(lock = %grant.slot, "the lock's session no longer holds it");
+                gone += 1;
             }
         }
         if gone > 0 {

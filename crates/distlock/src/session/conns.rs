@@ -155,28 +155,32 @@ impl<D: Dialect> Shared<D> {
         Ok(!self.dialect.holders(&D::key(name)).await?.is_empty())
     }
 
-    /// Whether `owner` still holds `name` on the server.
-    pub(super) async fn alive(&self, name: &LockName, owner: &Owner) -> Result<bool> {
+    /// The token of `owner`'s grant of `name` when the server still holds it; `None` when
+    /// the owner holds no grant, or the server let the grant go (then forgotten, and its
+    /// guard told), or its connection failed (given up with its grants). Only the grant this
+    /// check asked about is ever forgotten: a later grant of the name is left alone.
+    pub(super) async fn alive(&self, name: &LockName, owner: &Owner) -> Result<Option<u64>> {
         let slot = HeldKey::of(name, owner);
-        let Some((conn, key)) = self
+        let Some((conn, key, token)) = self
             .state()
             .held
             .get(&slot)
             .filter(|held| &held.owner == owner)
-            .map(|held| (held.conn.clone(), held.key.clone()))
+            .map(|held| (held.conn.clone(), held.key.clone(), held.token))
         else {
-            return Ok(false);
+            return Ok(None);
         };
         match self
             .held_keys_surely(&conn, std::slice::from_ref(&key))
             .await
         {
-            Ok(keys) if keys.contains(&key) => Ok(true),
+            Ok(keys) if keys.contains(&key) => Ok(Some(token)),
             Ok(_) => {
                 // The server let it go: nothing is left there. Its guard is told.
-                self.forget(&slot, &conn);
-                self.status.send_modify(|status| status.sessions_lost += 1);
-                Ok(false)
+                if self.forget_grant(&slot, &conn, token) {
+                    self.status.send_modify(|status| status.sessions_lost += 1);
+                }
+                Ok(None)
             }
             Err(error) => {
                 // The connection cannot say what it holds: it is given up, every lock on it
@@ -185,7 +189,7 @@ impl<D: Dialect> Shared<D> {
                 // lock would leave it held on a connection that lives on.
                 tracing::warn!(%error, "a lock connection failed; its locks are lost");
                 self.lose_connection(&conn).await;
-                Ok(false)
+                Ok(None)
             }
         }
     }
@@ -207,7 +211,7 @@ impl<D: Dialect> Shared<D> {
     }
 
     /// Forgets the grant of `name` with `token` on `conn` (not a later grant made meanwhile);
-    /// true when it was still there.
+    /// true when it was still there. Every background answer forgets through this check.
     pub(super) fn forget_grant(&self, slot: &HeldKey, conn: &Arc<LockConn<D>>, token: u64) -> bool {
         let mut state = self.state();
         let current = state
@@ -220,46 +224,55 @@ impl<D: Dialect> Shared<D> {
         current
     }
 
-    /// Asks each lock connection holding some of `locks` (for their owners) which of them it
-    /// still holds: one query per connection, not one per lock. A connection that fails is
-    /// given up ([`Shared::lose_connection`]) and left out: its locks count as gone.
-    pub(super) async fn ask_connections(&self, locks: &[(LockName, Owner)]) -> Vec<ConnHolds<D>> {
+    /// The grants of `locks` (for their owners) as the state records them now, in order;
+    /// `None` where an owner holds none.
+    pub(super) fn grants_of(&self, locks: &[(LockName, Owner)]) -> Vec<Option<Asked<D>>> {
+        let state = self.state();
+        locks
+            .iter()
+            .map(|(name, owner)| {
+                let slot = HeldKey::of(name, owner);
+                let held = state.held.get(&slot).filter(|h| &h.owner == owner)?;
+                Some(Asked::of(&slot, held))
+            })
+            .collect()
+    }
+
+    /// Asks each lock connection holding some of `grants` which of them it still holds: one
+    /// query per connection, not one per lock. In order: `Some(held)` per grant asked about,
+    /// `None` where there was none or its connection failed (given up with its grants by
+    /// [`Shared::lose_connection`]).
+    pub(super) async fn ask_connections(&self, grants: &[Option<Asked<D>>]) -> Vec<Option<bool>> {
         let mut by_conn: Vec<ConnKeys<D>> = Vec::new();
-        {
-            let state = self.state();
-            for (name, owner) in locks {
-                let held = state.held.get(&HeldKey::of(name, owner));
-                let Some(held) = held.filter(|h| &h.owner == owner) else {
-                    continue;
-                };
-                match by_conn.iter_mut().find(|(c, _)| Arc::ptr_eq(c, &held.conn)) {
-                    Some((_, keys)) => keys.push(held.key.clone()),
-                    None => by_conn.push((held.conn.clone(), vec![held.key.clone()])),
-                }
+        for grant in grants.iter().flatten() {
+            match by_conn
+                .iter_mut()
+                .find(|(c, _)| Arc::ptr_eq(c, &grant.conn))
+            {
+                Some((_, keys)) => keys.push(grant.key.clone()),
+                None => by_conn.push((grant.conn.clone(), vec![grant.key.clone()])),
             }
         }
-        let mut alive = Vec::new();
+        let mut answered: Vec<ConnHolds<D>> = Vec::new();
         for (conn, keys) in by_conn {
             match self.held_keys_surely(&conn, &keys).await {
-                Ok(held) => alive.push((conn, held)),
+                Ok(held) => answered.push((conn, held)),
                 Err(error) => {
                     tracing::warn!(%error, "a lock connection failed; its locks are lost");
                     self.lose_connection(&conn).await;
                 }
             }
         }
-        alive
-    }
-
-    pub(super) fn forget(&self, slot: &HeldKey, conn: &Arc<LockConn<D>>) {
-        let mut state = self.state();
-        if state
-            .held
-            .get(slot)
-            .is_some_and(|held| Arc::ptr_eq(&held.conn, conn))
-        {
-            state.held.remove(slot);
-        }
+        grants
+            .iter()
+            .map(|grant| {
+                let grant = grant.as_ref()?;
+                answered
+                    .iter()
+                    .find(|(conn, _)| Arc::ptr_eq(conn, &grant.conn))
+                    .map(|(_, held)| held.contains(&grant.key))
+            })
+            .collect()
     }
 
     /// Makes the primary connection an idle one when nothing holds or uses it (only the

@@ -1,6 +1,7 @@
 //! Faults inside a statement that no proxy can cause on a healthy connection (an unlock that
-//! fails while its connection lives on, as after a stray cancel), made by a dialect that
-//! fails chosen statements before it sends them and otherwise talks to the real server.
+//! fails while its connection lives on, as after a stray cancel; a check's answer held back
+//! after the server gave it), made by a dialect that fails or holds chosen statements and
+//! otherwise talks to the real server.
 
 use std::sync::atomic::AtomicU32;
 
@@ -8,12 +9,27 @@ use super::*;
 use crate::conformance::servers;
 use crate::postgres::PgAdvisory;
 
-/// A dialect whose next `failing_unlocks` unlocks fail without reaching the server, and
-/// whose next `hanging_unlocks` unlocks never answer (nor reach it).
-struct FailingUnlocks<D> {
+/// A dialect whose next `failing_unlocks` unlocks fail without reaching the server, whose
+/// next `hanging_unlocks` unlocks never answer (nor reach it), and which, while `held_back`
+/// names a key, holds every answer of a "what do you hold" check that asked about that key
+/// (after the server answered it) until the gate is closed.
+struct FailingUnlocks<D: Dialect> {
     inner: D,
     failing_unlocks: AtomicU32,
     hanging_unlocks: AtomicU32,
+    held_back: StdMutex<Option<(D::Key, Arc<Semaphore>)>>,
+}
+
+impl<D: Dialect> FailingUnlocks<D> {
+    /// Holds the answers of checks that ask about `key` until the returned gate is closed.
+    fn hold_answers_about(&self, key: D::Key) -> Arc<Semaphore> {
+        let gate = Arc::new(Semaphore::new(0));
+        *self
+            .held_back
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((key, gate.clone()));
+        gate
+    }
 }
 
 #[async_trait]
@@ -70,7 +86,18 @@ impl<D: Dialect> Dialect for FailingUnlocks<D> {
         self.inner.after_wait(conn).await
     }
     async fn held(&self, conn: &mut Self::Conn, keys: &[Self::Key]) -> Result<HashSet<Self::Key>> {
-        self.inner.held(conn, keys).await
+        let gate = self
+            .held_back
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+            .filter(|(key, _)| keys.contains(key));
+        let answer = self.inner.held(conn, keys).await;
+        if let Some((_, gate)) = gate {
+            // Closed: the answer goes on.
+            let _closed = gate.acquire().await;
+        }
+        answer
     }
     async fn holders(&self, key: &Self::Key) -> Result<Vec<u64>> {
         self.inner.holders(key).await
@@ -110,6 +137,7 @@ async fn clients() -> (SessionBackend<FailingUnlocks<PgAdvisory>>, Arc<dyn Backe
         inner: PgAdvisory::for_tests(&url).await,
         failing_unlocks: AtomicU32::new(0),
         hanging_unlocks: AtomicU32::new(0),
+        held_back: StdMutex::new(None),
     });
     (backend, rival)
 }
@@ -280,5 +308,148 @@ async fn promise4_a_release_cancelled_during_its_unlock_still_unlocks() {
     assert_eq!(
         backend.release(&kept, &owner).await.unwrap(),
         Released::Released { remaining_holds: 0 }
+    );
+}
+
+/// `owner` takes `name` as a waiter does: on a lock connection of its own (not the primary).
+async fn wait_for(backend: &impl Backend, name: &LockName, owner: &Owner) -> u64 {
+    let mut waiter = backend
+        .subscribe(name, owner, Duration::from_secs(30))
+        .await
+        .unwrap();
+    match waiter.wait(Duration::from_secs(5)).await {
+        Woken::Granted { fencing_token, .. } => fencing_token,
+        other => panic!("the free lock {name} was not granted to its waiter: {other:?}"),
+    }
+}
+
+/// The rival is refused `name` for `how_long` (the lock is not freed behind its holder).
+async fn rival_refused(rival: &Arc<dyn Backend>, name: &LockName, how_long: Duration) {
+    let rival_owner = Owner::new("rival", 1);
+    let until = Instant::now() + how_long;
+    while Instant::now() < until {
+        let tried = rival
+            .try_acquire(name, &rival_owner, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert!(
+            matches!(tried, Acquired::Held { .. }),
+            "the rival was granted {name} while its holder held it: {tried:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Promises 1, 2 and 6: a renewal whose answer is on its way while its holder releases the
+/// lock and takes it again on another connection leaves the new grant alone. Before, the
+/// renewal found the entry's connection among none it had asked and forgot the new grant:
+/// its connection closed, the server freed the lock, and a rival was granted it while the
+/// live guard was told nothing until the next renewal. One thread: the renewal has taken
+/// its snapshot of the grants before the release begins.
+#[tokio::test(flavor = "current_thread")]
+async fn promise6_a_renewal_in_flight_leaves_a_new_grant_of_the_name_alone() {
+    let (backend, rival) = clients().await;
+    let owner = Owner::new("re-taking", 1);
+    let (other, name) = (unique("other"), unique("re-taken"));
+    // `other` on the primary connection, `name` on a waiter's connection of its own.
+    granted(
+        backend
+            .try_acquire(&other, &owner, Duration::from_secs(30))
+            .await
+            .unwrap(),
+        "the other lock",
+    );
+    let first = wait_for(&backend, &name, &owner).await;
+    // The renewal asks the primary first (for `other`); its answer is held back there.
+    let gate = backend
+        .shared
+        .dialect
+        .hold_answers_about(PgAdvisory::key(&other));
+    let renewing = backend.clone();
+    let locks = vec![
+        (other.clone(), owner.clone()),
+        (name.clone(), owner.clone()),
+    ];
+    let (started, began) = oneshot::channel();
+    let renewal = tokio::spawn(async move {
+        let _ = started.send(());
+        renewing.renew(&locks, Duration::from_secs(30)).await
+    });
+    began.await.unwrap();
+    assert_eq!(
+        backend.release(&name, &owner).await.unwrap(),
+        Released::Released { remaining_holds: 0 }
+    );
+    let second = wait_for(&backend, &name, &owner).await;
+    assert!(
+        second > first,
+        "the second grant's token {second} <= {first}"
+    );
+    assert!(!renewal.is_finished(), "the renewal was not held back");
+    gate.close();
+    let renewed = tokio::time::timeout(Duration::from_secs(10), renewal)
+        .await
+        .expect("the renewal answered once let go")
+        .unwrap()
+        .unwrap();
+    assert_eq!(renewed, [true, true], "the renewal's answers");
+    assert_eq!(
+        backend.holds(&name, &owner).await.unwrap(),
+        1,
+        "the new grant was forgotten by the renewal of the one before"
+    );
+    rival_refused(&rival, &name, Duration::from_millis(600)).await;
+    assert_eq!(
+        backend.release(&name, &owner).await.unwrap(),
+        Released::Released { remaining_holds: 0 }
+    );
+}
+
+/// Promises 2 and 6: an extension whose check answered "held" while the lease ended (the lock
+/// is being unlocked) is refused, not answered `Extended` for a lock that is going away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise6_an_extension_racing_the_lease_end_is_refused() {
+    let (backend, _rival) = clients().await;
+    let owner = Owner::new("extending", 1);
+    let name = unique("ending");
+    granted(
+        backend
+            .try_acquire(&name, &owner, Duration::from_millis(300))
+            .await
+            .unwrap(),
+        "the lock",
+    );
+    let gate = backend
+        .shared
+        .dialect
+        .hold_answers_about(PgAdvisory::key(&name));
+    let extending = backend.clone();
+    let (owner2, name2) = (owner.clone(), name.clone());
+    let extension = tokio::spawn(async move {
+        extending
+            .extend(&name2, &owner2, Duration::from_secs(30))
+            .await
+    });
+    // The lease ends while the check's answer is held back: the reaper takes the grant.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backend
+        .shared
+        .state()
+        .held
+        .contains_key(&HeldKey::of(&name, &owner))
+    {
+        assert!(Instant::now() < deadline, "the lease of 300 ms did not end");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.close();
+    let extended = tokio::time::timeout(Duration::from_secs(10), extension)
+        .await
+        .expect("the extension answered once let go")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        extended,
+        Extended::NotHeld,
+        "an extension of a lock whose lease ended"
     );
 }
