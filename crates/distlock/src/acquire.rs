@@ -272,7 +272,8 @@ async fn subscribe(
 
 /// One attempt. If the caller drops the acquire future while the request is in flight, the
 /// request finishes in the background and a grant it made is released. A failed request may
-/// still have been granted (its reply lost): it is settled before the error is returned.
+/// still have been granted (its reply lost): it is settled before the error is returned,
+/// unless the backend undoes its failed attempts itself.
 async fn attempt(
     client: &Arc<ClientInner>,
     name: &LockName,
@@ -289,7 +290,7 @@ async fn attempt(
             let ticket = client.begin_request(&name, &owner);
             let result = client.backend.try_acquire(&name, &owner, lease).await;
             drop(ticket);
-            if result.is_err() {
+            if result.is_err() && !client.backend.undoes_failed_attempts() {
                 // The acquisition's own ticket is the one still held.
                 client.settle(&name, &owner, 1).await;
             }

@@ -33,6 +33,25 @@ async fn reenter_once(me: &distlock::Holder, name: &str) -> distlock::Result<dis
     .expect("the re-entry ends")
 }
 
+/// Heals proxy `i` and waits until the client's connection through it is back: a failed
+/// attempt's give-back retries the masters it did not reach, and the first request that
+/// passes after the heal shows the reconnection. Without it a request right after the heal
+/// could find that master still reconnecting and count it as not answering.
+async fn heal_and_reconnect(masters: &ProxiedMasters, i: usize) {
+    let before = masters.proxies[i].requests();
+    masters.proxies[i].heal();
+    let start = std::time::Instant::now();
+    while masters.proxies[i].requests() == before {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "nothing reached master {i} within 5 s of the heal"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Its reply on its way.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
 /// The owner's holds on the lock's master `i` ("" when none).
 fn holds(masters: &ProxiedMasters, i: usize, name: &str, owner: &str) -> String {
     masters.cli(i, &["hget", &lock_key(name), owner])
@@ -59,8 +78,8 @@ async fn promise1_a_reentry_that_fails_leaves_the_holders_grant_alone() {
     masters.proxies[2].partition();
     let again = reenter_once(&me, &name).await;
     assert!(again.is_err(), "re-entered with one master of three");
-    masters.proxies[1].heal();
-    masters.proxies[2].heal();
+    heal_and_reconnect(&masters, 1).await;
+    heal_and_reconnect(&masters, 2).await;
     assert_eq!(
         holds(&masters, 0, &name, &owner),
         "",
@@ -114,7 +133,7 @@ async fn promise4_a_reentry_with_a_lost_reply_is_given_back_exactly() {
     let again = reenter_once(&me, &name).await;
     assert!(again.is_err(), "re-entered without a majority's answer");
     assert_eq!(masters.proxies[1].replies_lost(), 1, "no reply was lost");
-    masters.proxies[2].heal();
+    heal_and_reconnect(&masters, 2).await;
     // The give-back of master 1 may be retried in the background: give it time.
     let start = std::time::Instant::now();
     while holds(&masters, 1, &name, &owner) != "1" {
@@ -164,5 +183,67 @@ async fn promise3_a_leftover_hold_on_a_minority_is_reset_by_a_fresh_grant() {
         assert_eq!(holds(&masters, i, &name, &owner), "1", "master {i}");
     }
     second.release().await.unwrap();
+    assert_free_everywhere(&masters, &name);
+}
+
+/// Promises 1, 2 and 6: a re-entry whose replies are lost on the two masters besides the gate,
+/// which then stay unreachable for 1.3 s, is given back once, by its own id. Before, the
+/// client also settled the failed attempt with a plain release once the masters answered,
+/// and the give-back retried in the background took a second hold: the holder's holds went
+/// from 1 to 0 on every master, a rival was granted the lock, and the holder's guard was not
+/// told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise6_a_failed_reentry_is_given_back_once() {
+    let own = OwnMasters::start();
+    let masters = ProxiedMasters::start(&own).await;
+    // The give-back retries a master once per request timeout: a second apart, it comes
+    // after the masters are healed (1.3 s) and the client has asked them again.
+    let locks = distlock::connect(&masters.url("?request_timeout=1s"))
+        .await
+        .unwrap();
+    let name = name_with_gate("given-back-once", 0);
+    let me = locks.holder();
+    let owner = me.owner().as_str().to_owned();
+    let first = me.mutex(name.as_str()).unwrap().acquire().await.unwrap();
+    masters.proxies[1].lose_next_reply_then_partition();
+    masters.proxies[2].lose_next_reply_then_partition();
+    let healing = async {
+        let start = std::time::Instant::now();
+        while masters.proxies[1].replies_lost() + masters.proxies[2].replies_lost() < 2 {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the re-entry's replies were not lost"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        masters.proxies[1].heal();
+        masters.proxies[2].heal();
+    };
+    let (again, ()) = tokio::join!(reenter_once(&me, &name), healing);
+    assert!(again.is_err(), "re-entered with the gate's answer alone");
+    // The background give-back reaches masters 1 and 2 within a few of its retries.
+    let start = std::time::Instant::now();
+    while (1..3).any(|i| holds(&masters, i, &name, &owner) != "1") {
+        let now: Vec<String> = (0..3).map(|i| holds(&masters, i, &name, &owner)).collect();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the holder's holds on the masters: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Past a few more retries of the give-back: nothing takes a second hold.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for i in 0..3 {
+        assert_eq!(holds(&masters, i, &name, &owner), "1", "master {i}");
+    }
+    let rival = distlock::connect(&masters.url("")).await.unwrap();
+    let taken = rival.mutex(&name).unwrap().try_acquire().await.unwrap();
+    assert!(
+        taken.is_none(),
+        "a rival was granted a lock the holder holds"
+    );
+    assert!(first.is_held().await.unwrap(), "the holder's grant is gone");
+    first.release().await.unwrap();
     assert_free_everywhere(&masters, &name);
 }

@@ -323,6 +323,10 @@ impl Backend for FaultyBackend {
         self.inner.queues_on_subscribe()
     }
 
+    fn undoes_failed_attempts(&self) -> bool {
+        self.inner.undoes_failed_attempts()
+    }
+
     fn supports(&self, kind: &crate::name::LockKind) -> bool {
         self.inner.supports(kind)
     }

@@ -78,6 +78,8 @@ struct Shared {
     resets: watch::Sender<u64>,
     /// Set by [`FaultProxy::partition`]: new connections are closed at once.
     refusing: AtomicBool,
+    /// Set by [`FaultProxy::lose_next_reply_then_partition`]: the next lost reply partitions.
+    partition_on_loss: AtomicBool,
     connections: AtomicU64,
     accepted: AtomicU64,
 }
@@ -133,6 +135,7 @@ impl FaultProxy {
             requests: AtomicU64::new(0),
             resets: watch::Sender::new(0),
             refusing: AtomicBool::new(false),
+            partition_on_loss: AtomicBool::new(false),
             connections: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
         });
@@ -159,6 +162,15 @@ impl FaultProxy {
     /// cannot know whether the request took effect.
     pub fn lose_next_reply(&self) {
         self.shared.lose_replies.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// As [`lose_next_reply`](Self::lose_next_reply), and the moment the reply is lost the
+    /// proxy partitions ([`partition`](Self::partition)) until healed: a server that ran the
+    /// request and then went away, so that the client can neither learn the outcome nor undo
+    /// it until the test heals the proxy.
+    pub fn lose_next_reply_then_partition(&self) {
+        self.shared.partition_on_loss.store(true, Ordering::SeqCst);
+        self.lose_next_reply();
     }
 
     /// As [`lose_next_reply`](Self::lose_next_reply), for the next request that `filter`
@@ -307,6 +319,11 @@ async fn pump(
             Ok(n) => n,
         };
         if direction == Direction::Reply && doomed.load(Ordering::SeqCst) {
+            if shared.partition_on_loss.swap(false, Ordering::SeqCst) {
+                // Refusing before the cut: the client's reconnection finds it partitioned.
+                shared.refusing.store(true, Ordering::SeqCst);
+                shared.resets.send_modify(|n| *n += 1);
+            }
             shared.replies_lost.fetch_add(1, Ordering::SeqCst);
             cut.notify_one();
             return;

@@ -283,6 +283,11 @@ impl Backend for RedlockBackend {
         self.attempt(name, owner, lease).await
     }
 
+    /// A failed attempt gives back its own holds, by its id (`attempt.rs`).
+    fn undoes_failed_attempts(&self) -> bool {
+        true
+    }
+
     async fn subscribe(
         &self,
         name: &LockName,
@@ -322,7 +327,7 @@ impl Backend for RedlockBackend {
             .ask_all(|m| async move { m.redis()?.release(name, owner).await })
             .await
             .require(self.quorum, "release")?;
-        Ok(quorum::released(&answers))
+        Ok(quorum::released(&answers, self.quorum))
     }
 
     async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {

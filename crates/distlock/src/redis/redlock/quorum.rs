@@ -50,20 +50,23 @@ pub(super) fn agreed<T: Ord + Copy + Default>(mut values: Vec<T>, quorum: usize)
         .unwrap_or_default()
 }
 
-/// One release, as the masters that answered saw it: released where the owner held it
-/// (with the most holds left anywhere), else held by another or free.
-pub(super) fn released(answers: &[Released]) -> Released {
-    let remaining = answers
+/// One release, as the masters that answered saw it: released when a majority released a
+/// hold of the owner (with the most holds left among them); else the owner no longer held
+/// the lock: held by another when a master says so, or free.
+pub(super) fn released(answers: &[Released], quorum: usize) -> Released {
+    let remaining: Vec<u32> = answers
         .iter()
         .filter_map(|answer| match answer {
             Released::Released { remaining_holds } => Some(*remaining_holds),
             _ => None,
         })
-        .max();
-    match remaining {
-        Some(remaining_holds) => Released::Released { remaining_holds },
-        None if answers.contains(&Released::HeldByOther) => Released::HeldByOther,
-        None => Released::NotHeld,
+        .collect();
+    match remaining.iter().max() {
+        Some(&remaining_holds) if remaining.len() >= quorum => {
+            Released::Released { remaining_holds }
+        }
+        _ if answers.contains(&Released::HeldByOther) => Released::HeldByOther,
+        _ => Released::NotHeld,
     }
 }
 
@@ -181,14 +184,23 @@ mod tests {
         use Released as R;
         let released_to = |remaining_holds| R::Released { remaining_holds };
         assert_eq!(
-            released(&[released_to(0), R::NotHeld, released_to(1)]),
+            released(&[released_to(0), R::NotHeld, released_to(1)], 2),
             released_to(1)
         );
         assert_eq!(
-            released(&[R::NotHeld, R::HeldByOther, R::NotHeld]),
+            released(&[R::NotHeld, R::HeldByOther, R::NotHeld], 2),
             R::HeldByOther
         );
-        assert_eq!(released(&[R::NotHeld, R::NotHeld]), R::NotHeld);
+        assert_eq!(released(&[R::NotHeld, R::NotHeld], 2), R::NotHeld);
+        // One master released, a majority says another holds it: the owner had lost it.
+        assert_eq!(
+            released(&[released_to(0), R::HeldByOther, R::HeldByOther], 2),
+            R::HeldByOther
+        );
+        assert_eq!(
+            released(&[released_to(0), R::NotHeld, R::NotHeld], 2),
+            R::NotHeld
+        );
     }
 
     #[test]
