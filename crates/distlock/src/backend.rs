@@ -18,6 +18,16 @@ use tokio::sync::watch;
 use crate::error::Result;
 use crate::name::{LockKind, LockName};
 
+/// One grant a renewal is about ([`Backend::renew`]): the lock, its owner, and the fencing
+/// token of the grant, so that a backend renews that grant and no later one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewing {
+    /// The lock's name and the owner holding it.
+    pub lock: (LockName, Owner),
+    /// The fencing token of the grant being renewed.
+    pub fencing_token: u64,
+}
+
 /// Who holds a lock: the id of a client ([`Locks`](crate::Locks)) and a holder id that the
 /// client hands out to each [`Mutex`](crate::Mutex) handle.
 ///
@@ -133,9 +143,13 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Sets the lease of a lock `owner` holds to end `lease` from now.
     async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended>;
 
-    /// Renews many locks at once (the watchdog). `true` at index `i` when `locks[i]` was still
-    /// held by its owner and its lease now ends `lease` from now.
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>>;
+    /// Renews many grants at once (the watchdog). `true` at index `i` when the grant
+    /// `locks[i]` is about (its name, owner and fencing token) was still held and its lease
+    /// now ends `lease` from now. A later grant of the name to the same owner (the earlier
+    /// one released and the name taken again while the renewal was on its way) is another
+    /// grant: it is neither renewed nor shortened nor forgotten, and its index answers as the
+    /// backend likes (the keeper ignores answers about grants it no longer holds).
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>>;
 
     /// True when anyone holds `name`.
     async fn is_locked(&self, name: &LockName) -> Result<bool>;

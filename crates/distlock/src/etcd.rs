@@ -62,7 +62,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, SessionState,
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Renewing, SessionState,
     SessionStatus,
 };
 use crate::error::{Error, Result};
@@ -356,16 +356,24 @@ impl Backend for EtcdBackend {
         Ok(extended)
     }
 
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+    /// Renews the grants asked about (their keys carry their token; a later grant of the name
+    /// is another key, neither renewed nor forgotten).
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
         let shared = &self.shared;
         let start = Instant::now();
         // While the held keys' watch is up, it has told of every deletion: no request.
         let alive = match shared.renew_watched(locks, start + lease) {
             Some(alive) => alive,
             None => {
-                let nodes = shared.held_nodes(locks);
+                let keys: Vec<(LockName, Owner)> = locks.iter().map(|r| r.lock.clone()).collect();
+                let nodes: Vec<Option<state::Node>> = shared
+                    .held_nodes(&keys)
+                    .into_iter()
+                    .zip(locks)
+                    .map(|(node, r)| node.filter(|node| node.token == r.fencing_token))
+                    .collect();
                 let alive = shared.check_keys(&nodes).await?;
-                for ((key, node), alive) in locks.iter().zip(&nodes).zip(&alive) {
+                for ((key, node), alive) in keys.iter().zip(&nodes).zip(&alive) {
                     let Some(node) = node else { continue };
                     let mut state = shared.state();
                     match state.held.get_mut(key) {

@@ -15,7 +15,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released, Woken,
+    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released, Renewing,
+    Woken,
 };
 use crate::error::Result;
 use crate::name::LockName;
@@ -265,13 +266,16 @@ impl Backend for MemoryBackend {
         })
     }
 
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
         let now = Instant::now();
         let mut state = self.state();
         Ok(locks
             .iter()
-            .map(|(name, owner)| match state.live(name, now) {
-                Some(holding) if &holding.owner == owner => {
+            .map(|renewing| match state.live(&renewing.lock.0, now) {
+                Some(holding)
+                    if holding.owner == renewing.lock.1
+                        && holding.fencing_token == renewing.fencing_token =>
+                {
                     holding.expires_at = now + lease;
                     true
                 }

@@ -64,7 +64,7 @@ use self::setup::open_pool;
 pub use self::named::{MAX_SERVER_NAME, MySqlNamed, MySqlNamedBackend, server_lock_name};
 
 use crate::backend::{
-    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Woken,
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Renewing, Woken,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -428,32 +428,44 @@ impl Backend for MySqlTableBackend {
         })
     }
 
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
         let mut renewed = std::collections::HashSet::new();
         for chunk in locks.chunks(RENEW_CHUNK) {
-            let pairs = vec!["(?, ?)"; chunk.len()].join(", ");
+            let triples = vec!["(?, ?, ?)"; chunk.len()].join(", ");
             let update = format!(
-                "UPDATE distlock_locks SET expires_us = {} + ? WHERE (name, owner) IN ({pairs}) AND expires_us > {}",
+                "UPDATE distlock_locks SET expires_us = {} + ? \
+                 WHERE (name, owner, fencing_token) IN ({triples}) AND expires_us > {}",
                 now_us!(),
                 now_us!()
             );
             let mut query = sqlx::query(&update).bind(micros(lease));
-            for (name, owner) in chunk {
+            for Renewing {
+                lock: (name, owner),
+                fencing_token,
+            } in chunk
+            {
                 query = query
                     .bind(name.as_str().as_bytes())
-                    .bind(owner.as_str().as_bytes());
+                    .bind(owner.as_str().as_bytes())
+                    .bind(i64::try_from(*fencing_token).unwrap_or(-1));
             }
             query.execute(&self.pool).await.map_err(db_error("renew"))?;
             // Which of them this owner holds now: exactly those the update just renewed.
             let select = format!(
-                "SELECT name, owner FROM distlock_locks WHERE (name, owner) IN ({pairs}) AND expires_us > {}",
+                "SELECT name, owner FROM distlock_locks \
+                 WHERE (name, owner, fencing_token) IN ({triples}) AND expires_us > {}",
                 now_us!()
             );
             let mut query = sqlx::query_as::<_, (Vec<u8>, Vec<u8>)>(&select);
-            for (name, owner) in chunk {
+            for Renewing {
+                lock: (name, owner),
+                fencing_token,
+            } in chunk
+            {
                 query = query
                     .bind(name.as_str().as_bytes())
-                    .bind(owner.as_str().as_bytes());
+                    .bind(owner.as_str().as_bytes())
+                    .bind(i64::try_from(*fencing_token).unwrap_or(-1));
             }
             renewed.extend(
                 query
@@ -464,12 +476,17 @@ impl Backend for MySqlTableBackend {
         }
         Ok(locks
             .iter()
-            .map(|(name, owner)| {
-                renewed.contains(&(
-                    name.as_str().as_bytes().to_vec(),
-                    owner.as_str().as_bytes().to_vec(),
-                ))
-            })
+            .map(
+                |Renewing {
+                     lock: (name, owner),
+                     ..
+                 }| {
+                    renewed.contains(&(
+                        name.as_str().as_bytes().to_vec(),
+                        owner.as_str().as_bytes().to_vec(),
+                    ))
+                },
+            )
             .collect())
     }
 

@@ -72,7 +72,7 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
 use tokio::sync::{oneshot, watch};
 
 use crate::backend::{
-    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Woken,
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Renewing, Woken,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -144,8 +144,9 @@ RETURNING 1";
 
 const RENEW: &str = "
 UPDATE distlock_locks AS l SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
-FROM unnest($1::text[], $2::text[]) AS k(name, owner)
-WHERE l.name = k.name AND l.owner = k.owner AND l.expires_at > clock_timestamp()
+FROM unnest($1::text[], $2::text[], $4::bigint[]) AS k(name, owner, token)
+WHERE l.name = k.name AND l.owner = k.owner AND l.fencing_token = k.token
+  AND l.expires_at > clock_timestamp()
 RETURNING l.name, l.owner";
 
 const FORCE_UNLOCK: &str = "
@@ -508,22 +509,32 @@ impl Backend for PostgresBackend {
         })
     }
 
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
-        let names: Vec<&str> = locks.iter().map(|(name, _)| name.as_str()).collect();
-        let owners: Vec<&str> = locks.iter().map(|(_, owner)| owner.as_str()).collect();
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
+        let names: Vec<&str> = locks.iter().map(|r| r.lock.0.as_str()).collect();
+        let owners: Vec<&str> = locks.iter().map(|r| r.lock.1.as_str()).collect();
+        let tokens: Vec<i64> = locks
+            .iter()
+            .map(|r| i64::try_from(r.fencing_token).unwrap_or(-1))
+            .collect();
         let renewed: Vec<(String, String)> = sqlx::query_as(RENEW)
             .bind(&names)
             .bind(&owners)
             .bind(millis(lease))
+            .bind(&tokens)
             .fetch_all(&self.pool)
             .await
             .map_err(db_error("renew"))?;
         let renewed: std::collections::HashSet<(String, String)> = renewed.into_iter().collect();
         Ok(locks
             .iter()
-            .map(|(name, owner)| {
-                renewed.contains(&(name.as_str().to_owned(), owner.as_str().to_owned()))
-            })
+            .map(
+                |Renewing {
+                     lock: (name, owner),
+                     ..
+                 }| {
+                    renewed.contains(&(name.as_str().to_owned(), owner.as_str().to_owned()))
+                },
+            )
             .collect())
     }
 

@@ -44,7 +44,8 @@ use self::deployment::Commands;
 use self::hub::ReleaseHub;
 
 use crate::backend::{
-    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released, Woken,
+    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released, Renewing,
+    Woken,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -311,7 +312,8 @@ impl Backend for RedisBackend {
         })
     }
 
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+    /// Renews the grants whose hash still carries their owner and their token (`renew.lua`).
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
         if locks.is_empty() {
             return Ok(Vec::new());
         }
@@ -320,9 +322,15 @@ impl Backend for RedisBackend {
         }
         let mut invocation = self.scripts.renew.prepare_invoke();
         invocation.arg(millis(lease));
-        for (name, owner) in locks {
+        for Renewing {
+            lock: (name, owner),
+            fencing_token,
+        } in locks
+        {
             invocation.key(Keys::of(name).lock);
-            invocation.arg(owner.as_str());
+            invocation
+                .arg(owner.as_str())
+                .arg(fencing_token.to_string());
         }
         let renewed: Vec<i64> = invocation
             .invoke_async(&mut self.connection.clone())
@@ -429,12 +437,8 @@ impl RedisBackend {
     /// of a script allowed to touch keys of several slots of that node. The locks of a node
     /// that refused (a slot that moved meanwhile, a node not connected) are renewed again
     /// one slot per call, routed by key, which follows redirections.
-    async fn renew_by_slot(
-        &self,
-        locks: &[(LockName, Owner)],
-        lease: Duration,
-    ) -> Result<Vec<bool>> {
-        let keys: Vec<String> = locks.iter().map(|(name, _)| Keys::of(name).lock).collect();
+    async fn renew_by_slot(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
+        let keys: Vec<String> = locks.iter().map(|r| Keys::of(&r.lock.0).lock).collect();
         let slots: Vec<u16> = keys.iter().map(|key| deployment::slot(key)).collect();
         let mut renewed = vec![false; locks.len()];
         let mut left: Vec<usize> = Vec::new();
@@ -475,7 +479,9 @@ impl RedisBackend {
             invocation.arg(millis(lease));
             for &i in &group {
                 invocation.key(&keys[i]);
-                invocation.arg(locks[i].1.as_str());
+                invocation
+                    .arg(locks[i].lock.1.as_str())
+                    .arg(locks[i].fencing_token.to_string());
             }
             let mut connection = self.connection.clone();
             async move {
@@ -539,7 +545,7 @@ impl RedisBackend {
         (host, port): (String, u16),
         share: Vec<usize>,
         keys: &[String],
-        locks: &[(LockName, Owner)],
+        locks: &[Renewing],
         lease: Duration,
     ) -> (Vec<usize>, Option<Vec<bool>>) {
         let Commands::Cluster(connection) = &self.connection else {
@@ -549,7 +555,9 @@ impl RedisBackend {
         let mut call = redis::cmd("EVAL");
         call.arg(scripts::RENEW_ON_NODE).arg(0).arg(millis(lease));
         for &i in &share {
-            call.arg(&keys[i]).arg(locks[i].1.as_str());
+            call.arg(&keys[i])
+                .arg(locks[i].lock.1.as_str())
+                .arg(locks[i].fencing_token.to_string());
         }
         let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
         let flags = connection

@@ -38,7 +38,7 @@ use tokio::sync::{Mutex as AsyncMutex, Notify, Semaphore, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::backend::{
-    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, SessionState,
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Renewing, SessionState,
     SessionStatus, Woken,
 };
 use crate::error::{Error, Result};
@@ -458,17 +458,23 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         })
     }
 
-    /// Renews the grants of `locks` as they are when the renewal begins. A lock released and
-    /// granted again while the renewal is in flight keeps its new grant (with the lease it
+    /// Renews the grants `locks` are about (by their tokens). A lock released and granted
+    /// again before or while the renewal is in flight keeps its new grant (with the lease it
     /// was granted): the answer is about the earlier grant only, and the keeper, which knows
     /// which grant it renewed, ignores it. A newer grant answers true.
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
         let shared = &self.shared;
         let start = Instant::now();
-        let grants = shared.grants_of(locks);
+        let keys: Vec<(LockName, Owner)> = locks.iter().map(|r| r.lock.clone()).collect();
+        let grants: Vec<Option<Asked<D>>> = shared
+            .grants_of(&keys)
+            .into_iter()
+            .zip(locks)
+            .map(|(grant, r)| grant.filter(|grant| grant.token == r.fencing_token))
+            .collect();
         let answers = shared.ask_connections(&grants).await;
         let mut state = shared.state();
-        Ok(locks
+        Ok(keys
             .iter()
             .zip(grants.iter().zip(answers))
             .map(|((name, owner), (asked, answer))| {

@@ -29,7 +29,8 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use crate::backend::{
-    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released, Woken,
+    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released, Renewing,
+    Woken,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -433,10 +434,21 @@ impl Backend for SqliteBackend {
         .await
     }
 
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
-        let locks: Vec<(String, String)> = locks
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
+        let locks: Vec<(String, String, i64)> = locks
             .iter()
-            .map(|(name, owner)| (name.as_str().to_owned(), owner.as_str().to_owned()))
+            .map(
+                |Renewing {
+                     lock: (name, owner),
+                     fencing_token,
+                 }| {
+                    (
+                        name.as_str().to_owned(),
+                        owner.as_str().to_owned(),
+                        i64::try_from(*fencing_token).unwrap_or(-1),
+                    )
+                },
+            )
             .collect();
         let lease_ms = millis(lease);
         self.run("renew", move |conn| {
@@ -446,11 +458,16 @@ impl Backend for SqliteBackend {
             {
                 let mut update = tx.prepare_cached(
                     "UPDATE distlock_locks SET expires_at_ms = ?3
-                     WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?4",
+                     WHERE name = ?1 AND owner = ?2 AND fencing_token = ?5 AND expires_at_ms > ?4",
                 )?;
-                for (name, owner) in &locks {
-                    let changed =
-                        update.execute(params![name, owner, now.saturating_add(lease_ms), now])?;
+                for (name, owner, token) in &locks {
+                    let changed = update.execute(params![
+                        name,
+                        owner,
+                        now.saturating_add(lease_ms),
+                        now,
+                        token
+                    ])?;
                     renewed.push(changed == 1);
                 }
             }

@@ -73,7 +73,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use crate::backend::{
-    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, SessionState,
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Renewing, SessionState,
     SessionStatus, Woken,
 };
 use crate::error::{Error, Result};
@@ -478,14 +478,22 @@ impl Backend for ZooKeeperBackend {
         Ok(extended)
     }
 
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+    /// Reads the nodes of the grants asked about (a grant with another token is not asked
+    /// about: a later grant of the name), and renews or forgets those grants only.
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
         let shared = &self.shared;
         let session = shared.session();
-        let nodes = shared.held_nodes(locks);
+        let keys: Vec<(LockName, Owner)> = locks.iter().map(|r| r.lock.clone()).collect();
+        let nodes: Vec<Option<(Arc<str>, u64)>> = shared
+            .held_nodes(&keys)
+            .into_iter()
+            .zip(locks)
+            .map(|(node, r)| node.filter(|(_, token)| *token == r.fencing_token))
+            .collect();
         let start = Instant::now();
         let alive = shared.read_many(&session, &nodes).await?;
         let mut state = shared.state();
-        for ((key, node), alive) in locks.iter().zip(&nodes).zip(&alive) {
+        for ((key, node), alive) in keys.iter().zip(&nodes).zip(&alive) {
             let Some((path, _)) = node else { continue };
             match state.held.get_mut(key) {
                 Some(held) if &held.path == path && *alive => held.expires_at = start + lease,

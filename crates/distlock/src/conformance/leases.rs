@@ -87,3 +87,85 @@ pub(super) fn assert_lost_by_the_lease_end(lost: &crate::Error) {
         "expected the fixed lease's end as the reason, got {lost}"
     );
 }
+
+/// Promises 1, 2 and 6: a holder that keeps 12 other locks takes one name again and again
+/// (held 15 ms each time; a 600 ms lease renewed every 200 ms, so that renewals are in flight
+/// during re-grants) while a rival client keeps trying it. A renewal's answer about an earlier
+/// grant never takes the new grant away: the rival is granted only between the holder's
+/// grants, or after the holder's guard reported the loss. Bounded by 100 grants and 8 s.
+pub async fn promise6_regrants_during_renewals_keep_one_holder(target: &Target) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let name = unique("regrants_during_renewals");
+    let holder = target
+        .client_with(crate::ConnectOptions::new().lease(Duration::from_millis(600)))
+        .await;
+    let rival = client(target).await;
+    let me = holder.holder();
+    let mut others = Vec::new();
+    for i in 0..12 {
+        let other = me.mutex(format!("{name}-other-{i}")).unwrap();
+        let wait = AcquireOptions::new().wait(Duration::from_secs(10));
+        others.push(other.acquire_with(wait).await.expect("another lock"));
+    }
+    // Set while the holder's guard is granted and has not reported a loss.
+    let holding = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let rival_task = {
+        let mutex = rival.mutex(name.as_str()).unwrap();
+        let (holding, stop, overlaps) = (holding.clone(), stop.clone(), overlaps.clone());
+        tokio::spawn(async move {
+            let mut granted = 0_u64;
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(Some(guard)) = mutex.try_acquire().await {
+                    granted += 1;
+                    if holding.load(Ordering::SeqCst) {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let _ = guard.release().await;
+                }
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            granted
+        })
+    };
+    let mutex = me.mutex(name.as_str()).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    let mut grants = 0;
+    while grants < 100 && tokio::time::Instant::now() < deadline {
+        let wait = AcquireOptions::new().wait(Duration::from_secs(2));
+        let Ok(guard) = mutex.acquire_with(wait).await else {
+            continue;
+        };
+        grants += 1;
+        holding.store(true, Ordering::SeqCst);
+        tokio::select! {
+            _ = guard.lost() => {}
+            () = tokio::time::sleep(Duration::from_millis(15)) => {}
+        }
+        holding.store(false, Ordering::SeqCst);
+        assert!(
+            !guard.is_lost(),
+            "grant {grants}: the holder's guard was lost ({:?}) with nothing wrong",
+            guard.loss_reason()
+        );
+        guard.release().await.expect("release");
+    }
+    stop.store(true, Ordering::SeqCst);
+    let rival_grants = tokio::time::timeout(Duration::from_secs(10), rival_task)
+        .await
+        .expect("the rival stops")
+        .expect("the rival's task");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "the rival was granted the lock while the holder held it ({grants} grants, the rival's {rival_grants})"
+    );
+    assert!(grants >= 10, "only {grants} grants in 8 s");
+    for other in others {
+        assert!(!other.is_lost(), "another lock of the holder was lost");
+        other.release().await.expect("release another lock");
+    }
+}

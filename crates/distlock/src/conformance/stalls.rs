@@ -242,3 +242,58 @@ async fn lost_before_a_rival(target: &Target, name: &str, guard: &Guard, why: &s
     );
     rival_guard.release().await.expect("release the rival");
 }
+
+/// Promises 1, 2 and 6: a renewal that reaches the server late (held back 300 ms, within the
+/// keeper's patience for it, the rest of the 600 ms lease), after
+/// its owner released that grant and took the name again with a fixed 5 s lease, leaves the
+/// new grant's lease alone: the renewal is about the earlier grant (its fencing token), not
+/// whatever the owner holds now. Before, it set the new grant's lease to the renewed 600 ms,
+/// and a rival was granted the lock while the new guard held it, not lost.
+pub async fn promise6_a_late_renewal_leaves_a_newer_grant_alone(target: &Target) {
+    let lease = Duration::from_millis(600);
+    let (locks, faulty) = faulty_client(target, ConnectOptions::new().lease(lease)).await;
+    let name = unique("late_renewal_newer_grant");
+    let me = locks.holder();
+    let mutex = me.mutex(name.as_str()).unwrap();
+    let first = mutex.acquire().await.expect("the first grant");
+    let held_back = Duration::from_millis(300);
+    faulty.set_times(Method::Renew, Fault::Delay(held_back), 1);
+    let start = Instant::now();
+    while faulty.faulted(Method::Renew) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no renewal within 5 s of a 600 ms lease"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let renewal_sent_at = Instant::now() + held_back;
+    first.release().await.expect("release the first grant");
+    let second = mutex
+        .acquire_with(
+            AcquireOptions::new()
+                .lease(Duration::from_secs(5))
+                .wait(Duration::from_secs(2)),
+        )
+        .await
+        .expect("the second grant");
+    assert!(
+        Instant::now() < renewal_sent_at,
+        "the second grant came after the held-back renewal was sent: the case tested nothing"
+    );
+    // Past the held-back renewal and a lease of 600 ms after it, with room for a loaded
+    // machine: the rival must still be refused, and the guard must still hold.
+    tokio::time::sleep_until(renewal_sent_at + lease + Duration::from_millis(600)).await;
+    let rival = client(target).await;
+    let taken = rival.mutex(name.as_str()).unwrap().try_acquire().await;
+    assert!(
+        matches!(taken, Ok(None)),
+        "a rival was granted the lock during the owner's fixed 5 s lease: {taken:?}"
+    );
+    assert!(
+        !second.is_lost(),
+        "the new grant was lost: {:?}",
+        second.loss_reason()
+    );
+    assert!(second.is_held().await.unwrap(), "the new grant is gone");
+    second.release().await.expect("release the second grant");
+}

@@ -261,7 +261,7 @@ impl Shared {
     /// down (the caller asks the server).
     pub(super) fn renew_watched(
         &self,
-        locks: &[(LockName, Owner)],
+        locks: &[Renewing],
         expires_at: Instant,
     ) -> Option<Vec<bool>> {
         let mut state = self.state();
@@ -272,13 +272,15 @@ impl Shared {
         let mut gone = Vec::new();
         let alive = locks
             .iter()
-            .map(|key| match state.held.get_mut(key) {
+            .map(|renewing| match state.held.get_mut(&renewing.lock) {
+                // A later grant of the name (another token) is not this renewal's.
+                Some(held) if held.token != renewing.fencing_token => false,
                 Some(held) if held.generation == generation && !held.gone => {
                     held.expires_at = expires_at;
                     true
                 }
                 Some(held) if held.generation == generation => {
-                    gone.push((key.clone(), held.key.clone()));
+                    gone.push((renewing.lock.clone(), held.key.clone()));
                     false
                 }
                 _ => false,

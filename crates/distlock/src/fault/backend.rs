@@ -31,7 +31,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::backend::{
-    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, SessionStatus,
+    Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Renewing, SessionStatus,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -291,7 +291,7 @@ impl Backend for FaultyBackend {
             .await
     }
 
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
         self.call(Method::Renew, self.inner.renew(locks, lease))
             .await
     }

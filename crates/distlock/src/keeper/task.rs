@@ -14,7 +14,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 
 use super::{ClientInner, Grant, LeaseMode};
-use crate::backend::{Owner, SessionStatus};
+use crate::backend::{Owner, Renewing, SessionStatus};
 use crate::error::LossReason;
 use crate::meter;
 use crate::name::LockName;
@@ -229,7 +229,13 @@ async fn renew_all(inner: Arc<ClientInner>) -> bool {
     // Locks whose renewal fails stay ours until their deadline; the keeper marks them lost
     // then unless a later renewal succeeds first.
     for chunk in batch.chunks(RENEW_BATCH) {
-        let locks: Vec<(LockName, Owner)> = chunk.iter().map(|(key, _, _)| key.clone()).collect();
+        let locks: Vec<Renewing> = chunk
+            .iter()
+            .map(|(key, grant, _)| Renewing {
+                lock: key.clone(),
+                fencing_token: grant.fencing_token(),
+            })
+            .collect();
         inner
             .renewal_calls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -36,7 +36,7 @@ use super::scripts::RedlockScripts;
 use super::waiter::RedisWaiter;
 use super::{Keys, RedisBackend, millis};
 use crate::backend::{
-    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released,
+    Acquired, Backend, Extended, LockInfo, Owner, Published, ReleaseWaiter, Released, Renewing,
 };
 use crate::error::{Error, Result};
 use crate::name::LockName;
@@ -339,7 +339,9 @@ impl Backend for RedlockBackend {
         Ok(quorum::extended(&answers, self.quorum))
     }
 
-    async fn renew(&self, locks: &[(LockName, Owner)], lease: Duration) -> Result<Vec<bool>> {
+    /// On every master, the grant with the majority's token (`agree` gives every master of
+    /// the majority that token); a master whose hash carries another token does not renew.
+    async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
         if locks.is_empty() {
             return Ok(Vec::new());
         }

@@ -352,13 +352,17 @@ async fn promise6_a_renewal_in_flight_leaves_a_new_grant_of_the_name_alone() {
     let owner = Owner::new("re-taking", 1);
     let (other, name) = (unique("other"), unique("re-taken"));
     // `other` on the primary connection, `name` on a waiter's connection of its own.
-    granted(
-        backend
-            .try_acquire(&other, &owner, Duration::from_secs(30))
-            .await
-            .unwrap(),
-        "the other lock",
-    );
+    let other_token = match backend
+        .try_acquire(&other, &owner, Duration::from_secs(30))
+        .await
+        .unwrap()
+    {
+        Acquired::Granted {
+            fencing_token,
+            holds: 1,
+        } => fencing_token,
+        refused => panic!("the other lock: {refused:?}"),
+    };
     let first = wait_for(&backend, &name, &owner).await;
     // The renewal asks the primary first (for `other`); its answer is held back there.
     let gate = backend
@@ -367,8 +371,14 @@ async fn promise6_a_renewal_in_flight_leaves_a_new_grant_of_the_name_alone() {
         .hold_answers_about(PgAdvisory::key(&other));
     let renewing = backend.clone();
     let locks = vec![
-        (other.clone(), owner.clone()),
-        (name.clone(), owner.clone()),
+        Renewing {
+            lock: (other.clone(), owner.clone()),
+            fencing_token: other_token,
+        },
+        Renewing {
+            lock: (name.clone(), owner.clone()),
+            fencing_token: first,
+        },
     ];
     let (started, began) = oneshot::channel();
     let renewal = tokio::spawn(async move {

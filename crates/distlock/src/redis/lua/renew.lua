@@ -1,7 +1,7 @@
-
 local renewed = {}
 for i, lock in ipairs(KEYS) do
-  if redis.call('hexists', lock, ARGV[i + 1]) == 1 then
+  if redis.call('hexists', lock, ARGV[2 * i]) == 1
+    and redis.call('hget', lock, ':token') == ARGV[2 * i + 1] then
     redis.call('pexpire', lock, ARGV[1])
     renewed[i] = 1
   else
