@@ -323,8 +323,10 @@ impl Backend for FaultyBackend {
         self.inner.queues_on_subscribe()
     }
 
+    /// False whatever the inner backend does: a reply this wrapper loses after the inner
+    /// attempt took effect is no failure of the inner backend's, which would not undo it.
     fn undoes_failed_attempts(&self) -> bool {
-        self.inner.undoes_failed_attempts()
+        false
     }
 
     fn supports(&self, kind: &crate::name::LockKind) -> bool {

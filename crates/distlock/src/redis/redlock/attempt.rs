@@ -104,7 +104,7 @@ impl RedlockBackend {
                 parts[i] = part;
             }
         }
-        if let Some(granted) = self.agree(&keys, owner, &parts).await {
+        if let Some(granted) = self.agree(&keys, owner, &parts, &id).await {
             // Valid while the client's deadline for it has not passed.
             if crate::options::lease_deadline(started, lease) > Instant::now() {
                 return Ok(granted);
@@ -148,7 +148,13 @@ impl RedlockBackend {
 
     /// Whether `parts` make a grant: a majority granted afresh or re-entered, and carries one
     /// token once the granting masters that disagree were raised to it.
-    async fn agree(&self, keys: &Keys, owner: &Owner, parts: &[Part]) -> Option<Acquired> {
+    async fn agree(
+        &self,
+        keys: &Keys,
+        owner: &Owner,
+        parts: &[Part],
+        id: &str,
+    ) -> Option<Acquired> {
         let verdict = verdict(parts, self.quorum);
         let granted: Vec<(usize, u64, u32)> = parts
             .iter()
@@ -178,7 +184,7 @@ impl RedlockBackend {
         let confirmed = join_all(
             disagreeing
                 .iter()
-                .map(|&i| self.confirm_on(i, keys, owner, token, reset)),
+                .map(|&i| self.confirm_on(i, keys, owner, token, reset, id)),
         )
         .await;
         let carrying = granted.len() - disagreeing.len() + confirmed.iter().filter(|c| **c).count();
@@ -229,7 +235,9 @@ impl RedlockBackend {
     }
 
     /// Raises the counter of master `master` to `token` and makes it the grant's token (and,
-    /// with `reset`, the owner's holds there 1).
+    /// with `reset`, the owner's holds there 1, and the marks of other attempts gone: a
+    /// give-back of an earlier attempt still retried in the background then finds no mark
+    /// there and leaves this grant's hold alone).
     async fn confirm_on(
         &self,
         master: usize,
@@ -237,6 +245,7 @@ impl RedlockBackend {
         owner: &Owner,
         token: u64,
         reset: bool,
+        id: &str,
     ) -> bool {
         let request = async {
             let reply: i64 = self
@@ -247,6 +256,7 @@ impl RedlockBackend {
                 .arg(owner.as_str())
                 .arg(token)
                 .arg(if reset { "1" } else { "0" })
+                .arg(id)
                 .invoke_async(&mut self.masters[master].redis()?.connection.clone())
                 .await
                 .map_err(|e| Error::backend(SCHEME, "confirm", e))?;
