@@ -118,7 +118,15 @@ async fn wait_for_grant(
                             if deadline <= Instant::now() {
                                 // The short lease may have run out while this waiter was
                                 // slow: confirm before handing out a guard.
-                                match confirm_late_handover(client, name, owner, lease).await? {
+                                match confirm_late_handover(
+                                    client,
+                                    name,
+                                    owner,
+                                    fencing_token,
+                                    lease,
+                                )
+                                .await?
+                                {
                                     Some(confirmed) => (deadline, confirm) = (confirmed, false),
                                     None => {
                                         tracing::debug!("the handover ran out; trying again");
@@ -157,6 +165,7 @@ async fn confirm_late_handover(
     client: &Arc<ClientInner>,
     name: &LockName,
     owner: &Owner,
+    fencing_token: u64,
     lease: Duration,
 ) -> Result<Option<Instant>> {
     let backend = client.backend.clone();
@@ -164,7 +173,7 @@ async fn confirm_late_handover(
     let start = Instant::now();
     let request = {
         let (backend, name, owner) = (backend.clone(), name.clone(), owner.clone());
-        async move { backend.extend(&name, &owner, lease).await }
+        async move { backend.extend(&name, &owner, fencing_token, lease).await }
     };
     let undo = {
         let (client, name, owner) = (client.clone(), name.clone(), owner.clone());
@@ -200,7 +209,11 @@ fn confirm_handover(guard: &Guard, lease: Duration) {
     let start = Instant::now();
     client.confirmation_starts(&name, &owner, &grant, start, lease);
     tokio::spawn(async move {
-        match client.backend.extend(&name, &owner, lease).await {
+        match client
+            .backend
+            .extend(&name, &owner, grant.fencing_token(), lease)
+            .await
+        {
             Ok(Extended::Extended) => {
                 client.confirmed(&name, &owner, &grant, start, lease);
             }

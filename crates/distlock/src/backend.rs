@@ -140,8 +140,16 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Releases one of `owner`'s holds on `name`.
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released>;
 
-    /// Sets the lease of a lock `owner` holds to end `lease` from now.
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended>;
+    /// Sets the lease of the grant of `name` to `owner` with `fencing_token` to end `lease`
+    /// from now. [`Extended::NotHeld`] when the owner holds no grant of `name` with that token
+    /// (a later grant of the name to the same owner is another grant, left alone).
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended>;
 
     /// Renews many grants at once (the watchdog). `true` at index `i` when the grant
     /// `locks[i]` is about (its name, owner and fencing token) was still held and its lease

@@ -213,6 +213,7 @@ macro_rules! conformance_suite {
             promise2_set_lease_with_a_lost_reply_fires_lost_before_a_rival,
             promise6_regrants_during_renewals_keep_one_holder,
             promise6_a_late_renewal_leaves_a_newer_grant_alone,
+            promise6_extending_a_superseded_guard_leaves_the_new_grant_alone,
             promise4_cancelled_waiting_acquire_leaves_nothing,
             promise4_cancelled_release_completes,
             promise4_lost_acquire_reply_leaves_no_hold,

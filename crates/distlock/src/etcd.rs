@@ -331,10 +331,19 @@ impl Backend for EtcdBackend {
         }
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
         let shared = &self.shared;
         let key = (name.clone(), owner.clone());
-        let Some((node, _)) = shared.held_node(&key) else {
+        let Some((node, _)) = shared
+            .held_node(&key)
+            .filter(|(node, _)| node.token == fencing_token)
+        else {
             if shared.state().lease_ending(&key) {
                 return Ok(Extended::NotHeld);
             }

@@ -253,12 +253,19 @@ impl Backend for MemoryBackend {
         Ok(Released::Released { remaining_holds })
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
         let now = Instant::now();
         let mut state = self.state();
         Ok(match state.live(name, now) {
             None => Extended::NotHeld,
             Some(holding) if &holding.owner != owner => Extended::HeldByOther,
+            Some(holding) if holding.fencing_token != fencing_token => Extended::NotHeld,
             Some(holding) => {
                 holding.expires_at = now + lease;
                 Extended::Extended

@@ -151,7 +151,7 @@ const LIVE_OWNER: &str = concat!(
 const EXTEND: &str = concat!(
     "UPDATE distlock_locks SET expires_us = ",
     now_us!(),
-    " + ? WHERE name = ? AND owner = ? AND expires_us > ",
+    " + ? WHERE name = ? AND owner = ? AND fencing_token = ? AND expires_us > ",
     now_us!()
 );
 
@@ -411,11 +411,18 @@ impl Backend for MySqlTableBackend {
         })
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
         let done = sqlx::query(EXTEND)
             .bind(micros(lease))
             .bind(name.as_str().as_bytes())
             .bind(owner.as_str().as_bytes())
+            .bind(i64::try_from(fencing_token).unwrap_or(-1))
             .execute(&self.pool)
             .await
             .map_err(db_error("extend"))?;

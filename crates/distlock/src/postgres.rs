@@ -139,7 +139,7 @@ const LIVE_OWNER: &str =
 
 const EXTEND: &str = "
 UPDATE distlock_locks SET expires_at = clock_timestamp() + $3 * interval '1 millisecond'
-WHERE name = $1 AND owner = $2 AND expires_at > clock_timestamp()
+WHERE name = $1 AND owner = $2 AND fencing_token = $4 AND expires_at > clock_timestamp()
 RETURNING 1";
 
 const RENEW: &str = "
@@ -492,11 +492,18 @@ impl Backend for PostgresBackend {
         ))
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
         let extended = sqlx::query(EXTEND)
             .bind(name.as_str())
             .bind(owner.as_str())
             .bind(millis(lease))
+            .bind(i64::try_from(fencing_token).unwrap_or(-1))
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error("extend"))?;

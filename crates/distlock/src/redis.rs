@@ -294,7 +294,13 @@ impl Backend for RedisBackend {
         })
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
         let keys = Keys::of(name);
         let reply: i64 = self
             .scripts
@@ -302,6 +308,7 @@ impl Backend for RedisBackend {
             .key(&keys.lock)
             .arg(owner.as_str())
             .arg(millis(lease))
+            .arg(fencing_token.to_string())
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(backend_error("extend"))?;

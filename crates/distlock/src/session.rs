@@ -427,11 +427,28 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         })
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
         let shared = &self.shared;
         let start = Instant::now();
         let slot = HeldKey::of(name, owner);
-        if let Some(token) = shared.alive(name, owner).await? {
+        let superseded = shared
+            .state()
+            .held
+            .get(&slot)
+            .is_some_and(|held| &held.owner == owner && held.token != fencing_token);
+        if superseded {
+            // The owner holds a later grant of the name: this extension's grant is gone.
+            return Ok(Extended::NotHeld);
+        }
+        if let Some(token) = shared.alive(name, owner).await?
+            && token == fencing_token
+        {
             // Only the grant the server was asked about: if its lease ended meanwhile (it is
             // being unlocked) or it was released, the extension is refused.
             let extended = match shared.state().held.get_mut(&slot) {

@@ -408,7 +408,14 @@ impl Backend for SqliteBackend {
         .await
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
+        let token = i64::try_from(fencing_token).unwrap_or(-1);
         let name = name.as_str().to_owned();
         let owner = owner.as_str().to_owned();
         let lease_ms = millis(lease);
@@ -418,6 +425,7 @@ impl Backend for SqliteBackend {
             let extended = match live_row(&tx, &name, now)? {
                 None => Extended::NotHeld,
                 Some((holder, _, _, _)) if holder != owner => Extended::HeldByOther,
+                Some((_, _, held_token, _)) if held_token != token => Extended::NotHeld,
                 Some(_) => {
                     execute(
                         &tx,

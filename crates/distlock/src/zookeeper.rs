@@ -445,13 +445,20 @@ impl Backend for ZooKeeperBackend {
         }
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
         let shared = &self.shared;
         let session = shared.session();
         let key = (name.clone(), owner.clone());
         let Some((path, token)) = shared
             .state()
             .held(&key)
+            .filter(|held| held.token == fencing_token)
             .map(|held| (held.path.clone(), held.token))
         else {
             if shared.state().lease_ending(&key) {

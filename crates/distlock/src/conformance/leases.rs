@@ -169,3 +169,59 @@ pub async fn promise6_regrants_during_renewals_keep_one_holder(target: &Target) 
         other.release().await.expect("release another lock");
     }
 }
+
+/// Promises 1, 2 and 6: `extend` on a guard whose fixed lease ran out, after its owner took
+/// the name again with a fixed 5 s lease, changes nothing: the extension is about the earlier
+/// grant (its fencing token), which is gone. Before, it set the new grant's lease to 200 ms
+/// and a rival was granted the lock while the new guard held it, not lost.
+pub async fn promise6_extending_a_superseded_guard_leaves_the_new_grant_alone(target: &Target) {
+    let name = unique("extend_superseded");
+    let locks = client(target).await;
+    let me = locks.holder();
+    let mutex = me.mutex(name.as_str()).unwrap();
+    let fixed = |lease| {
+        AcquireOptions::new()
+            .lease(lease)
+            .wait(Duration::from_secs(5))
+    };
+    let first = mutex
+        .acquire_with(fixed(Duration::from_millis(300)))
+        .await
+        .expect("the first grant");
+    tokio::time::timeout(Duration::from_secs(5), first.lost())
+        .await
+        .expect("the first grant's 300 ms lease did not end");
+    // `lost()` fires a little before the server ends the lease (until then the owner's next
+    // acquisition would re-enter the first grant): wait until the server freed it.
+    let start = tokio::time::Instant::now();
+    while locks.is_locked(name.as_str()).await.expect("is_locked") {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the first grant's 300 ms lease did not end on the server"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = mutex
+        .acquire_with(fixed(Duration::from_secs(5)))
+        .await
+        .expect("the second grant");
+    assert_ne!(second.fencing_token(), first.fencing_token());
+    let extended = first.extend(Duration::from_millis(200)).await;
+    assert!(
+        extended.is_err(),
+        "a guard whose lease ended was extended: {extended:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let rival = client(target).await;
+    let taken = rival.mutex(name.as_str()).unwrap().try_acquire().await;
+    assert!(
+        matches!(taken, Ok(None)),
+        "a rival was granted the lock during the owner's fixed 5 s lease: {taken:?}"
+    );
+    assert!(
+        !second.is_lost(),
+        "the new grant was lost: {:?}",
+        second.loss_reason()
+    );
+    second.release().await.expect("release the second grant");
+}

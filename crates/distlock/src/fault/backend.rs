@@ -286,9 +286,18 @@ impl Backend for FaultyBackend {
             .await
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
-        self.call(Method::Extend, self.inner.extend(name, owner, lease))
-            .await
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
+        self.call(
+            Method::Extend,
+            self.inner.extend(name, owner, fencing_token, lease),
+        )
+        .await
     }
 
     async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {

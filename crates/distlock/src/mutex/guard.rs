@@ -268,7 +268,12 @@ impl Guard {
         let outcome = state
             .client
             .backend
-            .extend(&state.name, &state.owner, lease)
+            .extend(
+                &state.name,
+                &state.owner,
+                state.grant.fencing_token(),
+                lease,
+            )
             .await?;
         unknown.bound = None;
         match outcome {

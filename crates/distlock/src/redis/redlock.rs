@@ -330,10 +330,16 @@ impl Backend for RedlockBackend {
         Ok(quorum::released(&answers, self.quorum))
     }
 
-    async fn extend(&self, name: &LockName, owner: &Owner, lease: Duration) -> Result<Extended> {
+    async fn extend(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        fencing_token: u64,
+        lease: Duration,
+    ) -> Result<Extended> {
         let kept = self.kept(lease);
         let answers = self
-            .ask_all(|m| async move { m.redis()?.extend(name, owner, kept).await })
+            .ask_all(|m| async move { m.redis()?.extend(name, owner, fencing_token, kept).await })
             .await
             .require(self.quorum, "extend")?;
         Ok(quorum::extended(&answers, self.quorum))

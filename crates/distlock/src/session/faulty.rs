@@ -422,13 +422,17 @@ async fn promise6_an_extension_racing_the_lease_end_is_refused() {
     let (backend, _rival) = clients().await;
     let owner = Owner::new("extending", 1);
     let name = unique("ending");
-    granted(
-        backend
-            .try_acquire(&name, &owner, Duration::from_millis(300))
-            .await
-            .unwrap(),
-        "the lock",
-    );
+    let token = match backend
+        .try_acquire(&name, &owner, Duration::from_millis(300))
+        .await
+        .unwrap()
+    {
+        Acquired::Granted {
+            fencing_token,
+            holds: 1,
+        } => fencing_token,
+        refused => panic!("the lock: {refused:?}"),
+    };
     let gate = backend
         .shared
         .dialect
@@ -437,7 +441,7 @@ async fn promise6_an_extension_racing_the_lease_end_is_refused() {
     let (owner2, name2) = (owner.clone(), name.clone());
     let extension = tokio::spawn(async move {
         extending
-            .extend(&name2, &owner2, Duration::from_secs(30))
+            .extend(&name2, &owner2, token, Duration::from_secs(30))
             .await
     });
     // The lease ends while the check's answer is held back: the reaper takes the grant.
