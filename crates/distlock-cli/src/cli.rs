@@ -333,7 +333,7 @@ pub struct CheckArgs {
     /// worker: cut (reset its connections), partition (nothing passes for its lease plus
     /// 300 ms), lose-reply (its next request reaches the server, its reply is lost). The
     /// network faults need a backend whose URL names every server it connects to (not
-    /// SQLite, TLS, Sentinel or Cluster). Empty: none.
+    /// SQLite, TLS, Sentinel or Cluster). `none`: no fault.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pause,kill")]
     pub faults: Vec<CheckFault>,
     /// The workers' renewed lease, in milliseconds (a pause lasts this long plus 300 ms).
@@ -342,6 +342,18 @@ pub struct CheckArgs {
     /// Microseconds each holder spends between its read and its write.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub hold_us: u64,
+    /// Run the workers in these network namespaces (`ip netns exec NS`), worker N in the
+    /// (N mod count)-th one given; repeat the option for several. For partitions made
+    /// outside the checker, between namespaces that hold the servers and the workers
+    /// (docs/check.md#partitions-between-the-servers). Needs root and `ip`; the register and
+    /// the logs stay in a temporary directory every namespace sees. Not with network faults.
+    #[arg(long = "worker-netns", value_name = "NS")]
+    pub worker_netns: Vec<String>,
+    /// The workers write the register without their fencing tokens, as a resource that does
+    /// not check them would: shows what fencing prevents (a lost update where grants
+    /// overlap).
+    #[arg(long)]
+    pub unfenced: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -355,6 +367,9 @@ pub struct CheckArgs {
 /// A fault `distlock check` injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CheckFault {
+    /// No fault: the check only records and judges (faults made outside it, e.g. partitions
+    /// between namespaces of `--worker-netns`).
+    None,
     Pause,
     Kill,
     Cut,
@@ -399,6 +414,9 @@ pub struct CheckWorkerArgs {
     /// leases instead (the checker asks for such a hold before a partition).
     #[arg(long)]
     pub long_flag: PathBuf,
+    /// Read and write the register without the fencing token.
+    #[arg(long)]
+    pub unfenced: bool,
     #[command(flatten)]
     pub metrics: MetricsArgs,
 }
