@@ -117,6 +117,25 @@ fn overlap_limit(scheme: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
+/// Makes `--log-dir` (or takes it when it exists and is empty): one run's files only.
+fn prepare_log_dir(dir: &Path) -> CliResult {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Failure::usage(format!(
+            "--log-dir {}: cannot create it: {e}",
+            dir.display()
+        ))
+    })?;
+    let mut entries = std::fs::read_dir(dir)
+        .map_err(|e| Failure::usage(format!("--log-dir {}: cannot read it: {e}", dir.display())))?;
+    if entries.next().is_some() {
+        return Err(Failure::usage(format!(
+            "--log-dir {}: not empty; give a new or empty directory, so that one run's history is not mixed with another's",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Checks that every namespace of `--worker-netns` can be entered, before any worker starts.
 fn check_namespaces(namespaces: &[String]) -> CliResult {
     for ns in namespaces {
@@ -230,15 +249,25 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
     // The backend must answer before any worker starts.
     let locks = distlock::connect(&args.backend).await?;
     locks.ping().await?;
-    let dir = tempfile::tempdir()?;
-    let store_path = dir.path().join("register.db");
+    let temporary;
+    let dir: &Path = match &args.log_dir {
+        Some(dir) => {
+            prepare_log_dir(dir)?;
+            dir
+        }
+        None => {
+            temporary = tempfile::tempdir()?;
+            temporary.path()
+        }
+    };
+    let store_path = dir.join("register.db");
     let store = SqliteStockStore::open_with(&store_path, SqliteDurability::Normal)?;
     store.set(REGISTER, 0).await?;
     let name = format!("distlock-check/{}", uuid_like());
     let run_for = Duration::from_secs(args.duration_s);
     let until = now_us() + u64::try_from(run_for.as_micros()).unwrap_or(u64::MAX);
     // Created when the run has made its acquisitions: the workers stop at their next one.
-    let stop_path = dir.path().join("stop");
+    let stop_path = dir.join("stop");
 
     // Locks that end with their connection: a cut may let a rival in before lost() fires.
     // ZooKeeper sessions and etcd leases outlive a connection.
@@ -248,7 +277,7 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
     let spawner = Spawner {
         args: &args,
         name,
-        dir: dir.path(),
+        dir: dir,
         store_path,
         stop_path: stop_path.clone(),
         until,
@@ -285,12 +314,12 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
         let fault = args.faults[fastrand::usize(..args.faults.len())];
         let victim = if fault == CheckFault::Partition {
             // A hold that outlasts its lease: the partition must catch the holder inside it.
-            let Some(victim) = long_holder(dir.path(), &running).await? else {
+            let Some(victim) = long_holder(dir, &running).await? else {
                 continue;
             };
             victim
         } else {
-            holding(dir.path(), &running).unwrap_or_else(|| fastrand::usize(..running.len()))
+            holding(dir, &running).unwrap_or_else(|| fastrand::usize(..running.len()))
         };
         let Some(pid) = running[victim].child.id() else {
             continue;
@@ -378,7 +407,7 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
 
     let mut events = Vec::new();
     for id in 0..next_id {
-        read_log(&log_path(dir.path(), id), &mut events)?;
+        read_log(&log_path(dir, id), &mut events)?;
     }
     let register = store.quantity(REGISTER).await?;
     let verdict = history::check(&events, &faults, register, limit.is_some());

@@ -349,6 +349,12 @@ pub struct CheckArgs {
     /// the logs stay in a temporary directory every namespace sees. Not with network faults.
     #[arg(long = "worker-netns", value_name = "NS")]
     pub worker_netns: Vec<String>,
+    /// Keep the run's files in DIR (created; it must be new or empty) instead of a
+    /// temporary directory removed at the end: the register (register.db) and each worker's
+    /// history, worker-N.jsonl, one JSON event a line (ask, grant with its token, write and
+    /// the register's answer, end with the moment lost() fired), for a look afterwards.
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
     /// The workers write the register without their fencing tokens, as a resource that does
     /// not check them would: shows what fencing prevents (a lost update where grants
     /// overlap).

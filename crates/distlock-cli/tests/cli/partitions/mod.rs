@@ -67,6 +67,15 @@ impl Backend {
         }
     }
 
+    /// The workers' lease (`check --lease-ms`): a hold the test aims a partition at lasts one
+    /// and a half of it, past the 2 s ZooKeeper sessions and etcd leases of the URLs.
+    fn lease_ms(self) -> u64 {
+        match self {
+            Backend::ZooKeeper | Backend::Etcd => 3000,
+            Backend::Sentinel | Backend::Redlock => 1000,
+        }
+    }
+
     /// The clients' port on every server host.
     fn port(self) -> u16 {
         match self {
@@ -116,6 +125,33 @@ enum Schedule {
     Flapping,
 }
 
+/// Asks a worker of `c1` (workers 0 and 2: `--worker-netns` gives c1 the even ids) for a
+/// hold of one and a half leases at its next grant, through the check's flag file, and
+/// waits until it has begun, so that the partition strikes a holder inside its critical
+/// section. False when none began in time (the partition is made all the same).
+fn aim_at_a_holder_in_c1(log_dir: &std::path::Path, round: u32) -> bool {
+    let worker = if round % 2 == 0 { 0 } else { 2 };
+    let flag = log_dir.join(format!("long-{worker}"));
+    if std::fs::write(&flag, b"").is_err() {
+        return false;
+    }
+    let log = log_dir.join(format!("worker-{worker}.jsonl"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text
+            .lines()
+            .rfind(|line| !line.is_empty())
+            .is_some_and(|last| last.contains("\"e\":\"long\""))
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_file(&flag);
+    false
+}
+
 /// The lab's processes that are not servers: ended with the test.
 struct KillOnDrop(Child);
 
@@ -132,6 +168,8 @@ struct Outcome {
     exit: Option<i32>,
     /// Partitions (or flaps) applied.
     faults: u32,
+    /// Partitions that struck a worker of `c1` inside a hold longer than its lease.
+    aimed: u32,
     /// Partitions after which the majority side was seen to move on.
     moved_on: u32,
     seconds: f64,
@@ -155,6 +193,7 @@ fn run_scenario(backend: Backend, schedule: Schedule, extra: &[&str]) -> Outcome
             .all(|client| servers::answers(lab, client, &deployment.url))
     });
 
+    let log_dir = lab.dir("check").join("history");
     let out = lab.dir("check").join("stdout");
     let err = lab.dir("check").join("stderr");
     let mut command = lab.command("c2", BIN);
@@ -168,7 +207,9 @@ fn run_scenario(backend: Backend, schedule: Schedule, extra: &[&str]) -> Outcome
             "none",
         ])
         .args(["--duration-s", &CHECK_S.to_string(), "--workers", "4"])
-        .args(["--lease-ms", "1000"])
+        .args(["--lease-ms", &backend.lease_ms().to_string()])
+        .arg("--log-dir")
+        .arg(&log_dir)
         .args(["--worker-netns", &lab.ns("c1")])
         .args(["--worker-netns", &lab.ns("c2")])
         .args(extra)
@@ -181,6 +222,7 @@ fn run_scenario(backend: Backend, schedule: Schedule, extra: &[&str]) -> Outcome
 
     let mut faults = 0;
     let mut moved_on = 0;
+    let mut aimed = 0;
     // At most one round per CALM + CUT (or per 2 s when flapping), and never past the run.
     std::thread::sleep(CALM);
     while Instant::now() < run_until && faults < 20 {
@@ -192,6 +234,9 @@ fn run_scenario(backend: Backend, schedule: Schedule, extra: &[&str]) -> Outcome
             Schedule::ClientFromMajority => vec!["c1"],
             _ => vec![leader, "c1"],
         };
+        if schedule != Schedule::Flapping && aim_at_a_holder_in_c1(&log_dir, faults) {
+            aimed += 1;
+        }
         lab.partition(&side);
         faults += 1;
         match schedule {
@@ -249,14 +294,32 @@ fn run_scenario(backend: Backend, schedule: Schedule, extra: &[&str]) -> Outcome
         report,
         exit: status.code(),
         faults,
+        aimed,
         moved_on,
         seconds: started.elapsed().as_secs_f64(),
     };
     eprintln!(
-        "{backend:?} {schedule:?}: {} s, {} faults, majority moved on {} times; report {}",
-        outcome.seconds, outcome.faults, outcome.moved_on, outcome.report
+        "{backend:?} {schedule:?}: {:.1} s, {} faults ({} on a long hold in c1), took effect {} times; {}",
+        outcome.seconds,
+        outcome.faults,
+        outcome.aimed,
+        outcome.moved_on,
+        summary(&outcome.report)
     );
     outcome
+}
+
+/// The report's counts, without its lists.
+fn summary(report: &Value) -> String {
+    let mut counts = report.clone();
+    if let Some(fields) = counts.as_object_mut() {
+        fields.remove("overlaps");
+        fields.insert(
+            "violations".into(),
+            report["violations"].as_array().map_or(0, Vec::len).into(),
+        );
+    }
+    counts.to_string()
 }
 
 fn number(report: &Value, field: &str) -> u64 {
@@ -283,6 +346,9 @@ fn keeps_every_promise(backend: Backend, schedule: Schedule) {
             outcome.moved_on >= 1,
             "no partition took effect (the majority never moved on, or c1 still reached the servers)"
         );
+        // Promise 2 exercised: a holder cut off inside its hold was told.
+        assert!(outcome.aimed >= 1, "no partition struck a holder in c1");
+        assert!(number(report, "losses_reported") >= 1, "{report}");
     }
 }
 
