@@ -277,7 +277,7 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
     let spawner = Spawner {
         args: &args,
         name,
-        dir: dir,
+        dir,
         store_path,
         stop_path: stop_path.clone(),
         until,
