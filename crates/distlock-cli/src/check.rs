@@ -632,7 +632,10 @@ pub async fn worker(args: CheckWorkerArgs) -> CliResult {
     let mut done = 0;
     while done < args.max && now_us() < args.until_us && !args.stop.exists() {
         record(Event::Ask { w, at: now_us() })?;
-        let guard = match mutex.acquire_with(AcquireOptions::new().wait(WAIT)).await {
+        // No wait past the run's end: a worker stuck behind a partition stops with the run.
+        let left = Duration::from_micros(args.until_us.saturating_sub(now_us()));
+        let wait = WAIT.min(left.max(Duration::from_millis(100)));
+        let guard = match mutex.acquire_with(AcquireOptions::new().wait(wait)).await {
             Ok(guard) => guard,
             Err(error) if error.is_timeout() => continue,
             Err(error) => {

@@ -288,18 +288,41 @@ impl Lab {
         });
     }
 
-    /// Drops a share `loss` (0 to 1) of the packets between `a` and `b`, both ways.
-    pub fn lossy(&self, a: &str, b: &str, loss: f64) {
+    /// Drops a share `loss` (0 to 1) of the packets between a host of `side` and a host not
+    /// in it, as each host receives them.
+    pub fn lossy(&self, side: &[&str], loss: f64) {
+        let names: Vec<String> = self.hosts.iter().map(|h| h.name.clone()).collect();
         self.apply(|host| {
-            let lossy = if host == a {
-                vec![(b.to_owned(), loss)]
-            } else if host == b {
-                vec![(a.to_owned(), loss)]
-            } else {
-                Vec::new()
-            };
+            let inside = side.contains(&host);
+            let lossy = names
+                .iter()
+                .filter(|other| side.contains(&other.as_str()) != inside)
+                .map(|other| (other.clone(), loss))
+                .collect();
             (Vec::new(), lossy)
         });
+    }
+
+    /// How many packets the filter rules of every host have dropped since they were set.
+    pub fn dropped(&self) -> u64 {
+        self.hosts
+            .iter()
+            .map(|host| {
+                let listed = Command::new("ip")
+                    .args([
+                        "netns", "exec", &host.ns, "iptables", "-w", "5", "-nvx", "-L",
+                    ])
+                    .stdin(Stdio::null())
+                    .output();
+                let text = listed
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_default();
+                text.lines()
+                    .filter(|line| line.contains("DROP") && !line.starts_with("Chain"))
+                    .filter_map(|line| line.split_whitespace().next()?.parse::<u64>().ok())
+                    .sum::<u64>()
+            })
+            .sum()
     }
 
     /// Everything passes again.

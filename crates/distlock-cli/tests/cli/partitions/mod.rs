@@ -12,6 +12,7 @@
 //!
 //! Needs root, `ip` and `iptables`: without them every test here fails with the reason.
 
+mod delay;
 mod lab;
 mod servers;
 
@@ -123,7 +124,19 @@ enum Schedule {
     ClientFromMajority,
     /// The leader and `c1` cut off and healed every second.
     Flapping,
+    /// Every link between `c1`'s workers and the servers delayed by [`DELAY`] each way, for
+    /// [`CUT`] at a time, through forwarders on the client hosts ([`delay`]).
+    Delay,
+    /// A share [`LOSS`] of the packets between the leader with `c1` and the rest dropped,
+    /// for [`CUT`] at a time.
+    Lossy,
 }
+
+/// The share of packets [`Schedule::Lossy`] drops.
+const LOSS: f64 = 0.3;
+
+/// The delay of [`Schedule::Delay`], each way.
+const DELAY: Duration = Duration::from_millis(200);
 
 /// Asks a worker of `c1` (workers 0 and 2: `--worker-netns` gives c1 the even ids) for a
 /// hold of one and a half leases at its next grant, through the check's flag file, and
@@ -193,19 +206,31 @@ fn run_scenario(backend: Backend, schedule: Schedule, extra: &[&str]) -> Outcome
             .all(|client| servers::answers(lab, client, &deployment.url))
     });
 
+    // With delays, every worker reaches the servers through forwarders on its own host.
+    let mut url = deployment.url.clone();
+    let forwarders = (schedule == Schedule::Delay).then(|| {
+        let targets: Vec<std::net::SocketAddr> = backend
+            .servers()
+            .iter()
+            .map(|s| {
+                format!("{}:{}", lab.ip(s), backend.port())
+                    .parse()
+                    .expect("a lab address")
+            })
+            .collect();
+        let hosts: Vec<(&str, String)> = CLIENTS.iter().map(|c| (*c, lab.ns(c))).collect();
+        let (forwarders, through) = delay::Forwarders::start(&hosts, &targets);
+        for (target, through) in targets.iter().zip(&through) {
+            url = url.replace(&target.to_string(), through);
+        }
+        forwarders
+    });
     let log_dir = lab.dir("check").join("history");
     let out = lab.dir("check").join("stdout");
     let err = lab.dir("check").join("stderr");
     let mut command = lab.command("c2", BIN);
     command
-        .args([
-            "check",
-            "--backend",
-            &deployment.url,
-            "--json",
-            "--faults",
-            "none",
-        ])
+        .args(["check", "--backend", &url, "--json", "--faults", "none"])
         .args(["--duration-s", &CHECK_S.to_string(), "--workers", "4"])
         .args(["--lease-ms", &backend.lease_ms().to_string()])
         .arg("--log-dir")
@@ -237,8 +262,31 @@ fn run_scenario(backend: Backend, schedule: Schedule, extra: &[&str]) -> Outcome
         if schedule != Schedule::Flapping && aim_at_a_holder_in_c1(&log_dir, faults) {
             aimed += 1;
         }
-        lab.partition(&side);
         faults += 1;
+        if let Some(forwarders) = &forwarders {
+            forwarders.delay("c1", DELAY);
+            // Took effect when a request from c1 takes at least a round trip of delays.
+            let asked = Instant::now();
+            let _ = servers::answers(&lab, "c1", &url);
+            if asked.elapsed() >= DELAY * 2 {
+                moved_on += 1;
+            }
+            std::thread::sleep(CUT.saturating_sub(asked.elapsed()));
+            forwarders.heal("c1");
+            std::thread::sleep(CALM);
+            continue;
+        }
+        if schedule == Schedule::Lossy {
+            lab.lossy(&side, LOSS);
+            std::thread::sleep(CUT);
+            if lab.dropped() > 0 {
+                moved_on += 1;
+            }
+            lab.heal();
+            std::thread::sleep(CALM);
+            continue;
+        }
+        lab.partition(&side);
         match schedule {
             Schedule::Flapping => {
                 std::thread::sleep(Duration::from_secs(1));
@@ -338,6 +386,15 @@ fn keeps_every_promise(backend: Backend, schedule: Schedule) {
     assert_eq!(number(report, "overlaps_unexcused"), 0, "{report}");
     assert!(number(report, "acquisitions") >= 20, "{report}");
     assert!(outcome.faults >= 1, "no partition was made");
+    if schedule == Schedule::Delay {
+        assert!(
+            outcome.moved_on >= 1,
+            "no request from c1 was delayed by the forwarders"
+        );
+    }
+    if schedule == Schedule::Lossy {
+        assert!(outcome.moved_on >= 1, "the lossy links dropped no packet");
+    }
     if matches!(
         schedule,
         Schedule::LeaderWithClients | Schedule::ClientFromMajority
@@ -385,6 +442,20 @@ scenarios! {
     redlock_client_cut_off_from_the_masters => Redlock, ClientFromMajority;
     /// Promises 1, 2, 3: one Redlock master and c1 cut off and healed every second.
     redlock_flapping_links => Redlock, Flapping;
+    /// Promises 1, 2, 3: c1's links to the ensemble delayed by 200 ms each way, 7 s at a
+    /// time, with a long hold in c1 when each delay begins.
+    zookeeper_client_links_delayed => ZooKeeper, Delay;
+    /// Promises 1, 2, 3: c1's links to the etcd cluster delayed, as above.
+    etcd_client_links_delayed => Etcd, Delay;
+    /// Promises 1, 2, 3: c1's links to the Redlock masters delayed, as above: its grants'
+    /// validity shrinks by the round trips.
+    redlock_client_links_delayed => Redlock, Delay;
+    /// Promises 1, 2, 3: 30% of the packets between the ZooKeeper leader with c1 and the
+    /// rest dropped, 7 s at a time.
+    zookeeper_lossy_links => ZooKeeper, Lossy;
+    /// Promises 1, 2, 3: 30% of the packets between the etcd leader with c1 and the rest
+    /// dropped, 7 s at a time.
+    etcd_lossy_links => Etcd, Lossy;
 }
 
 /// The Sentinel scenarios' common verdict: promise 3 and the fenced register hold (no
