@@ -517,3 +517,54 @@ fn sentinel_double_grant_without_fencing_loses_updates() {
     assert!(number(report, "unfenced_violations") >= 1, "{report}");
     assert_eq!(outcome.exit, Some(1), "{report}");
 }
+
+/// The check can fail across the lab's hosts: promise 1 on `memory://`, a lock that is not
+/// distributed (each worker process has its own), with workers on both client hosts, gives
+/// overlaps and unfenced violations (tokens granted twice), and the check exits 1.
+#[test]
+fn a_lock_that_is_not_distributed_fails_across_hosts() {
+    let lab = Lab::new("mem", &CLIENTS);
+    let out = lab.dir("check").join("stdout");
+    let mut command = lab.command("c2", BIN);
+    command
+        .args([
+            "check",
+            "--backend",
+            "memory://lab",
+            "--json",
+            "--faults",
+            "none",
+        ])
+        .args(["--duration-s", "3", "--workers", "2"])
+        .args([
+            "--worker-netns",
+            &lab.ns("c1"),
+            "--worker-netns",
+            &lab.ns("c2"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("the check's output"))
+        .stderr(Stdio::null());
+    let mut check = KillOnDrop(command.spawn().expect("run distlock check"));
+    let deadline = Instant::now() + CHECK_GRACE;
+    let status = loop {
+        if let Some(status) = check.0.try_wait().expect("wait for the check") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the check did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+    let report: Value = serde_json::from_str(stdout.trim()).expect("a JSON report");
+    assert_eq!(status.code(), Some(1), "{}", summary(&report));
+    assert!(
+        number(&report, "overlaps_unexcused") >= 1,
+        "{}",
+        summary(&report)
+    );
+    assert!(
+        number(&report, "unfenced_violations") >= 1,
+        "{}",
+        summary(&report)
+    );
+}
