@@ -61,8 +61,9 @@ pub enum Command {
     #[command(after_long_help = exit::COMMAND_HELP)]
     Elect(run::ElectArgs),
     /// Checks whether a deployment keeps distlock's promises: worker processes take one lock
-    /// over and over and do fenced writes under it while the checker pauses and kills them;
-    /// then the whole history is checked (exclusion, loss, fencing tokens, no lost update).
+    /// over and over and do fenced writes under it while the checker pauses and kills them
+    /// (or, with `--faults none --worker-netns`, while partitions are made outside it); then
+    /// the whole history is checked (exclusion, loss, fencing tokens, no lost update).
     /// Exit 0 when every promise held, 1 with the violations otherwise.
     Check(CheckArgs),
     /// Holds a lock until killed (for cross-process tests).
@@ -373,8 +374,7 @@ pub struct CheckArgs {
 /// A fault `distlock check` injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CheckFault {
-    /// No fault: the check only records and judges (faults made outside it, e.g. partitions
-    /// between namespaces of `--worker-netns`).
+    // No fault: the check only records and judges (faults made outside it).
     None,
     Pause,
     Kill,
