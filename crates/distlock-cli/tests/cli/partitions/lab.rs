@@ -173,21 +173,14 @@ impl Lab {
         dir
     }
 
-    /// A command that runs `program` in `host`'s namespace.
+    /// A command that runs `program` in `host`'s namespace. It is killed with the test's
+    /// thread if the test process dies before the lab's drop (`ip netns exec` execs the
+    /// program, which keeps the flag).
     pub fn command(&self, host: &str, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut command = Command::new("ip");
         command
             .args(["netns", "exec", &self.host(host).ns])
             .arg(program);
-        command
-    }
-
-    /// Starts a server process in `host` (ended by the lab), its output in `log`. It is
-    /// killed with the test's thread if the test process dies before the lab's drop.
-    pub fn spawn(&mut self, host: &str, what: &str, mut command: Command, log: &Path) {
-        let out = std::fs::File::create(log).expect("a server log");
-        let err = out.try_clone().expect("a server log");
-        command.stdin(Stdio::null()).stdout(out).stderr(err);
         // SAFETY: prctl only sets a flag of the child, between fork and exec.
         unsafe {
             command.pre_exec(|| {
@@ -195,6 +188,15 @@ impl Lab {
                 Ok(())
             });
         }
+        command
+    }
+
+    /// Starts a server process made by [`Lab::command`] (ended by the lab), its output in
+    /// `log`.
+    pub fn spawn(&mut self, host: &str, what: &str, mut command: Command, log: &Path) {
+        let out = std::fs::File::create(log).expect("a server log");
+        let err = out.try_clone().expect("a server log");
+        command.stdin(Stdio::null()).stdout(out).stderr(err);
         let child = command
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {what} in {host}: {e}"));
