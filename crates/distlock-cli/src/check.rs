@@ -245,10 +245,6 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
     }
     check_namespaces(&args.worker_netns)?;
     let limit = overlap_limit(scheme.name);
-    let _exporter = crate::exporter::serve(&args.metrics).await?;
-    // The backend must answer before any worker starts.
-    let locks = distlock::connect(&args.backend).await?;
-    locks.ping().await?;
     let temporary;
     let dir: &Path = match &args.log_dir {
         Some(dir) => {
@@ -260,6 +256,10 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
             temporary.path()
         }
     };
+    let _exporter = crate::exporter::serve(&args.metrics).await?;
+    // The backend must answer before any worker starts.
+    let locks = distlock::connect(&args.backend).await?;
+    locks.ping().await?;
     let store_path = dir.join("register.db");
     let store = SqliteStockStore::open_with(&store_path, SqliteDurability::Normal)?;
     store.set(REGISTER, 0).await?;

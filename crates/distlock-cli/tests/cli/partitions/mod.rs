@@ -450,6 +450,10 @@ scenarios! {
     /// Promises 1, 2, 3: c1's links to the Redlock masters delayed, as above: its grants'
     /// validity shrinks by the round trips.
     redlock_client_links_delayed => Redlock, Delay;
+    /// Promises 1, 2, 3 on Redis Sentinel without a failover: client host c1 cut off from
+    /// every server; its holder must be told before c2's workers are granted the lock by the
+    /// same master, so not even the overlaps Sentinel's limits allow may appear.
+    sentinel_client_cut_off_from_the_servers => Sentinel, ClientFromMajority;
     /// Promises 1, 2, 3: 30% of the packets between the ZooKeeper leader with c1 and the
     /// rest dropped, 7 s at a time.
     zookeeper_lossy_links => ZooKeeper, Lossy;
