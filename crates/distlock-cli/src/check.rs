@@ -54,6 +54,8 @@ struct Report<'a> {
     faults: std::collections::BTreeMap<&'static str, u64>,
     /// Replies the proxies kept from the workers (a lose-reply fault waits for a request).
     replies_lost: u64,
+    /// The backend's documented limit that allows overlaps (then reported, not violations).
+    overlap_limit: Option<&'static str>,
     #[serde(flatten)]
     verdict: &'a Verdict,
 }
@@ -92,6 +94,80 @@ struct Spawner<'a> {
     proxied: bool,
 }
 
+/// The schemes whose documented limits allow two holders at once with no fault on the client
+/// side, and where: Redis acknowledges a grant before its replica has it, so a failover can
+/// grant the lock again. There an overlap is reported, not a violation, and the pass
+/// criterion is the fenced register: no stale write accepted, no update lost.
+const OVERLAP_LIMITS: &[(&str, &str)] = &[
+    (
+        "redis+sentinel",
+        "asynchronous replication: a failover may grant the lock again (docs/backends/redis.md#safety-limits)",
+    ),
+    (
+        "redis+cluster",
+        "asynchronous replication: a shard's failover may grant the lock again (docs/backends/redis.md#safety-limits)",
+    ),
+];
+
+/// The documented limit that allows overlaps on `scheme`, if there is one.
+fn overlap_limit(scheme: &str) -> Option<&'static str> {
+    OVERLAP_LIMITS
+        .iter()
+        .find(|(known, _)| *known == scheme)
+        .map(|(_, why)| *why)
+}
+
+/// Makes `--log-dir` (or takes it when it exists and is empty): one run's files only.
+fn prepare_log_dir(dir: &Path) -> CliResult {
+    std::fs::create_dir_all(dir).map_err(|e| {
+        Failure::usage(format!(
+            "--log-dir {}: cannot create it: {e}",
+            dir.display()
+        ))
+    })?;
+    let mut entries = std::fs::read_dir(dir)
+        .map_err(|e| Failure::usage(format!("--log-dir {}: cannot read it: {e}", dir.display())))?;
+    if entries.next().is_some() {
+        return Err(Failure::usage(format!(
+            "--log-dir {}: not empty; give a new or empty directory, so that one run's history is not mixed with another's",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks that every namespace of `--worker-netns` can be entered, before any worker starts.
+fn check_namespaces(namespaces: &[String]) -> CliResult {
+    for ns in namespaces {
+        if ns.is_empty() || ns.contains('/') || ns == "." || ns == ".." {
+            return Err(Failure::usage(format!(
+                "--worker-netns {ns:?}: not a network namespace name"
+            )));
+        }
+        let entered = std::process::Command::new("ip")
+            .args(["netns", "exec", ns, "true"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .output();
+        match entered {
+            Ok(output) if output.status.success() => {}
+            Ok(output) => {
+                return Err(Failure::usage(format!(
+                    "--worker-netns {ns:?}: cannot enter it (`ip netns exec {ns} true`: {}); it must exist (`ip netns add {ns}`) and this must run as root",
+                    String::from_utf8_lossy(&output.stderr).trim()
+                )));
+            }
+            Err(error) => {
+                return Err(Failure::usage(format!(
+                    "--worker-netns needs the `ip` command (iproute2): {error}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Spawner<'_> {
     async fn spawn(&self, id: u32) -> CliResult<Running> {
         let args = self.args;
@@ -103,8 +179,21 @@ impl Spawner<'_> {
         };
         let exe = std::env::current_exe()
             .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
-        let mut command = Command::new(exe);
+        let mut command = if self.args.worker_netns.is_empty() {
+            Command::new(exe)
+        } else {
+            let namespaces = &self.args.worker_netns;
+            let ns = &namespaces[id as usize % namespaces.len()];
+            // `ip netns exec` enters the namespace and execs the worker: the child's process
+            // id is the worker's, for the pauses and kills.
+            let mut command = Command::new("ip");
+            command.args(["netns", "exec", ns]).arg(exe);
+            command
+        };
         command.arg("check-worker");
+        if args.unfenced {
+            command.arg("--unfenced");
+        }
         if let Some(addr) = worker_metrics_addr(args.metrics.metrics_addr, id) {
             command.arg("--metrics-addr").arg(addr.to_string());
         }
@@ -138,29 +227,47 @@ impl Spawner<'_> {
     }
 }
 
-pub async fn run(args: CheckArgs) -> CliResult {
+pub async fn run(mut args: CheckArgs) -> CliResult {
+    args.faults.retain(|fault| *fault != CheckFault::None);
     if args.lease_ms < 100 {
         return Err(Failure::usage("--lease-ms must be at least 100"));
     }
     // A malformed URL is bad input (exit 2), found before anything starts.
-    distlock::scheme::validate(&args.backend).map_err(Failure::usage)?;
+    let scheme = distlock::scheme::validate(&args.backend).map_err(Failure::usage)?;
     let proxied = args.faults.iter().any(|fault| fault.is_network());
     if proxied {
         Proxies::check_url(&args.backend)?;
+        if !args.worker_netns.is_empty() {
+            return Err(Failure::usage(
+                "the network faults (cut, partition, lose-reply) run through loopback proxies in the checker's namespace: not with --worker-netns",
+            ));
+        }
     }
+    check_namespaces(&args.worker_netns)?;
+    let limit = overlap_limit(scheme.name);
+    let temporary;
+    let dir: &Path = match &args.log_dir {
+        Some(dir) => {
+            prepare_log_dir(dir)?;
+            dir
+        }
+        None => {
+            temporary = tempfile::tempdir()?;
+            temporary.path()
+        }
+    };
     let _exporter = crate::exporter::serve(&args.metrics).await?;
     // The backend must answer before any worker starts.
     let locks = distlock::connect(&args.backend).await?;
     locks.ping().await?;
-    let dir = tempfile::tempdir()?;
-    let store_path = dir.path().join("register.db");
+    let store_path = dir.join("register.db");
     let store = SqliteStockStore::open_with(&store_path, SqliteDurability::Normal)?;
     store.set(REGISTER, 0).await?;
     let name = format!("distlock-check/{}", uuid_like());
     let run_for = Duration::from_secs(args.duration_s);
     let until = now_us() + u64::try_from(run_for.as_micros()).unwrap_or(u64::MAX);
     // Created when the run has made its acquisitions: the workers stop at their next one.
-    let stop_path = dir.path().join("stop");
+    let stop_path = dir.join("stop");
 
     // Locks that end with their connection: a cut may let a rival in before lost() fires.
     // ZooKeeper sessions and etcd leases outlive a connection.
@@ -170,7 +277,7 @@ pub async fn run(args: CheckArgs) -> CliResult {
     let spawner = Spawner {
         args: &args,
         name,
-        dir: dir.path(),
+        dir,
         store_path,
         stop_path: stop_path.clone(),
         until,
@@ -207,12 +314,12 @@ pub async fn run(args: CheckArgs) -> CliResult {
         let fault = args.faults[fastrand::usize(..args.faults.len())];
         let victim = if fault == CheckFault::Partition {
             // A hold that outlasts its lease: the partition must catch the holder inside it.
-            let Some(victim) = long_holder(dir.path(), &running).await? else {
+            let Some(victim) = long_holder(dir, &running).await? else {
                 continue;
             };
             victim
         } else {
-            holding(dir.path(), &running).unwrap_or_else(|| fastrand::usize(..running.len()))
+            holding(dir, &running).unwrap_or_else(|| fastrand::usize(..running.len()))
         };
         let Some(pid) = running[victim].child.id() else {
             continue;
@@ -300,10 +407,10 @@ pub async fn run(args: CheckArgs) -> CliResult {
 
     let mut events = Vec::new();
     for id in 0..next_id {
-        read_log(&log_path(dir.path(), id), &mut events)?;
+        read_log(&log_path(dir, id), &mut events)?;
     }
     let register = store.quantity(REGISTER).await?;
-    let verdict = history::check(&events, &faults, register);
+    let verdict = history::check(&events, &faults, register, limit.is_some());
     let mut counts = std::collections::BTreeMap::new();
     for fault in &faults {
         *counts.entry(fault.kind()).or_insert(0) += 1;
@@ -314,6 +421,7 @@ pub async fn run(args: CheckArgs) -> CliResult {
         seconds: started.elapsed().as_secs_f64(),
         faults: counts,
         replies_lost,
+        overlap_limit: limit,
         verdict: &verdict,
     };
     if args.json {
@@ -356,6 +464,7 @@ fn print_table(report: &Report<'_>) {
             "replies lost (in flight)", report.replies_lost
         );
     }
+    println!("  {:<34} {}", "losses reported (lost())", v.losses_reported);
     println!("  {:<34} {}", "writes accepted", v.writes_accepted);
     println!(
         "  {:<34} {}",
@@ -369,7 +478,22 @@ fn print_table(report: &Report<'_>) {
         "  {:<34} {}",
         "overlaps after a fault (fenced)", v.overlaps_excused
     );
+    println!(
+        "  {:<34} {}",
+        "overlaps no fault explains", v.overlaps_unexcused
+    );
+    println!(
+        "  {:<34} {}",
+        "  of them, earlier write fenced", v.overlaps_unexcused_fenced
+    );
+    if let Some(limit) = report.overlap_limit {
+        println!("  {:<34} {limit}", "overlaps allowed by");
+        for overlap in v.overlaps.iter().take(5) {
+            println!("    - {overlap}");
+        }
+    }
     println!("  {:<34} {}", "register", v.register);
+    println!("  {:<34} {}", "unfenced violations", v.unfenced_violations);
     println!("  {:<34} {}", "violations", v.violations.len());
     for violation in v.violations.iter().take(20) {
         println!("    - {violation}");
@@ -508,7 +632,10 @@ pub async fn worker(args: CheckWorkerArgs) -> CliResult {
     let mut done = 0;
     while done < args.max && now_us() < args.until_us && !args.stop.exists() {
         record(Event::Ask { w, at: now_us() })?;
-        let guard = match mutex.acquire_with(AcquireOptions::new().wait(WAIT)).await {
+        // No wait past the run's end: a worker stuck behind a partition stops with the run.
+        let left = Duration::from_micros(args.until_us.saturating_sub(now_us()));
+        let wait = WAIT.min(left.max(Duration::from_millis(100)));
+        let guard = match mutex.acquire_with(AcquireOptions::new().wait(wait)).await {
             Ok(guard) => guard,
             Err(error) if error.is_timeout() => continue,
             Err(error) => {
@@ -540,12 +667,21 @@ pub async fn worker(args: CheckWorkerArgs) -> CliResult {
         // The read-modify-write, watching the guard: the moment lost() fires is part of the
         // history.
         let work = async {
-            match store.read_fenced(REGISTER, token).await {
+            let read = if args.unfenced {
+                store.quantity(REGISTER).await
+            } else {
+                store.read_fenced(REGISTER, token).await
+            };
+            match read {
                 Ok(value) => {
                     if !hold.is_zero() {
                         tokio::time::sleep(hold).await;
                     }
-                    store.write_fenced(REGISTER, value + 1, token).await.is_ok()
+                    if args.unfenced {
+                        store.set(REGISTER, value + 1).await.is_ok()
+                    } else {
+                        store.write_fenced(REGISTER, value + 1, token).await.is_ok()
+                    }
                 }
                 Err(_) => false,
             }

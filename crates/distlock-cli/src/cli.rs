@@ -61,8 +61,9 @@ pub enum Command {
     #[command(after_long_help = exit::COMMAND_HELP)]
     Elect(run::ElectArgs),
     /// Checks whether a deployment keeps distlock's promises: worker processes take one lock
-    /// over and over and do fenced writes under it while the checker pauses and kills them;
-    /// then the whole history is checked (exclusion, loss, fencing tokens, no lost update).
+    /// over and over and do fenced writes under it while the checker pauses and kills them
+    /// (or, with `--faults none --worker-netns`, while partitions are made outside it); then
+    /// the whole history is checked (exclusion, loss, fencing tokens, no lost update).
     /// Exit 0 when every promise held, 1 with the violations otherwise.
     Check(CheckArgs),
     /// Holds a lock until killed (for cross-process tests).
@@ -333,7 +334,7 @@ pub struct CheckArgs {
     /// worker: cut (reset its connections), partition (nothing passes for its lease plus
     /// 300 ms), lose-reply (its next request reaches the server, its reply is lost). The
     /// network faults need a backend whose URL names every server it connects to (not
-    /// SQLite, TLS, Sentinel or Cluster). Empty: none.
+    /// SQLite, TLS, Sentinel or Cluster). `none`: no fault.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "pause,kill")]
     pub faults: Vec<CheckFault>,
     /// The workers' renewed lease, in milliseconds (a pause lasts this long plus 300 ms).
@@ -342,6 +343,24 @@ pub struct CheckArgs {
     /// Microseconds each holder spends between its read and its write.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub hold_us: u64,
+    /// Run the workers in these network namespaces (`ip netns exec NS`), worker N in the
+    /// (N mod count)-th one given; repeat the option for several. For partitions made
+    /// outside the checker, between namespaces that hold the servers and the workers
+    /// (docs/check.md#partitions-between-the-servers). Needs root and `ip`; the register and
+    /// the logs stay in a temporary directory every namespace sees. Not with network faults.
+    #[arg(long = "worker-netns", value_name = "NS")]
+    pub worker_netns: Vec<String>,
+    /// Keep the run's files in DIR (created; it must be new or empty) instead of a
+    /// temporary directory removed at the end: the register (register.db) and each worker's
+    /// history, worker-N.jsonl, one JSON event a line (ask, grant with its token, write and
+    /// the register's answer, end with the moment lost() fired), for a look afterwards.
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+    /// The workers write the register without their fencing tokens, as a resource that does
+    /// not check them would: shows what fencing prevents (a lost update where grants
+    /// overlap).
+    #[arg(long)]
+    pub unfenced: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -355,6 +374,8 @@ pub struct CheckArgs {
 /// A fault `distlock check` injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CheckFault {
+    // No fault: the check only records and judges (faults made outside it).
+    None,
     Pause,
     Kill,
     Cut,
@@ -399,6 +420,9 @@ pub struct CheckWorkerArgs {
     /// leases instead (the checker asks for such a hold before a partition).
     #[arg(long)]
     pub long_flag: PathBuf,
+    /// Read and write the register without the fencing token.
+    #[arg(long)]
+    pub unfenced: bool,
     #[command(flatten)]
     pub metrics: MetricsArgs,
 }

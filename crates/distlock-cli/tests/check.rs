@@ -186,3 +186,40 @@ fn check_serves_the_workers_metrics() {
     let status = child.wait().unwrap();
     assert!(status.success(), "the check failed");
 }
+
+/// Bad input for the options of partitions made outside the checker is refused before any
+/// worker starts: exit 2 and the reason (a namespace that cannot be entered, network faults
+/// with namespaces, a log directory that holds another run's files).
+#[test]
+fn worker_namespaces_and_log_dir_are_checked_first() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("worker-0.jsonl"), "").unwrap();
+    let busy = dir.path().display().to_string();
+    for (args, reason) in [
+        (
+            vec!["--faults", "none", "--worker-netns", "distlock-no-such-ns"],
+            "--worker-netns",
+        ),
+        (
+            vec!["--faults", "none", "--worker-netns", "a/b"],
+            "not a network namespace name",
+        ),
+        (
+            vec!["--faults", "cut", "--worker-netns", "x"],
+            "not with --worker-netns",
+        ),
+        (
+            vec!["--faults", "none", "--log-dir", busy.as_str()],
+            "not empty",
+        ),
+    ] {
+        let output = Command::new(BIN)
+            .args(["check", "--backend", "redis://127.0.0.1:6379/"])
+            .args(&args)
+            .output()
+            .expect("run the distlock binary");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(reason), "{args:?}: {stderr}");
+    }
+}

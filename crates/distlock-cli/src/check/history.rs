@@ -41,6 +41,9 @@ pub enum Event {
 /// cut before the logged grant may still have struck the grant's connection.
 const GRANT_LOGGED_WITHIN_US: u64 = 100_000;
 
+/// How many allowed overlaps the verdict lists (it counts them all).
+const OVERLAPS_LISTED: usize = 20;
+
 /// A fault the checker caused to one worker process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Fault {
@@ -136,6 +139,8 @@ struct Hold {
 #[derive(Debug, Default, Serialize)]
 pub struct Verdict {
     pub acquisitions: u64,
+    /// Grants whose guard reported the loss (`lost()`) while the holder still used them.
+    pub losses_reported: u64,
     pub writes_accepted: u64,
     /// Writes by holders whose lease had ended, refused by their fencing token.
     pub stale_writes_refused: u64,
@@ -144,19 +149,42 @@ pub struct Verdict {
     /// Two grants overlapping in time where the earlier holder had been paused, killed or had
     /// reported the loss: what fencing is for.
     pub overlaps_excused: u64,
+    /// Two grants overlapping in time with nothing on the client side that explains it: no
+    /// fault of the checker's on the earlier holder and no `lost()` before the other grant
+    /// (a double grant by the servers). A violation unless the backend's documented limits
+    /// allow it ([`check`]'s `overlaps_allowed`); then listed in `overlaps`.
+    pub overlaps_unexcused: u64,
+    /// Of those, the ones where the earlier holder's write was refused by the register.
+    pub overlaps_unexcused_fenced: u64,
+    /// The first unexcused overlaps, when the backend's documented limits allow them.
+    pub overlaps: Vec<String>,
     pub register: u64,
+    /// Violations of the promises that fencing cannot cover: a token granted twice or going
+    /// back, an older token accepted after a newer one, an update lost or made twice.
+    pub unfenced_violations: u64,
     pub violations: Vec<String>,
 }
 
 /// Judges a history: `events` from every worker, `faults` the checker caused, `register` the
-/// register's final value.
-pub fn check(events: &[Event], faults: &[Fault], register: u64) -> Verdict {
+/// register's final value. `overlaps_allowed` when the backend's documented limits allow two
+/// holders at once (asynchronous replication): an overlap that nothing on the client side
+/// explains is then reported, not a violation, and fencing must keep the register right.
+pub fn check(events: &[Event], faults: &[Fault], register: u64, overlaps_allowed: bool) -> Verdict {
     let mut verdict = Verdict {
         register,
         ..Verdict::default()
     };
+    // Whether each grant's write was accepted (absent: no answer, or no write).
+    let written: HashMap<(u32, u64), bool> = events
+        .iter()
+        .filter_map(|event| match *event {
+            Event::Write { w, token, ok, .. } => Some(((w, token), ok)),
+            _ => None,
+        })
+        .collect();
     let holds = holds(events, faults);
     verdict.acquisitions = holds.len() as u64;
+    verdict.losses_reported = holds.iter().filter(|h| h.lost_at.is_some()).count() as u64;
 
     // Promise 3: no token twice, and a grant that began after another ended has a larger one.
     let mut seen: HashMap<u64, u32> = HashMap::new();
@@ -193,6 +221,8 @@ pub fn check(events: &[Event], faults: &[Fault], register: u64) -> Verdict {
         }
     }
 
+    let token_violations = verdict.violations.len();
+
     // Promises 1 and 2: two holds overlap only when the earlier grant's holder (the smaller
     // token: it may have logged its grant late, stopped right after the server granted it)
     // had been told of the loss, or had been stopped or killed, before the other was granted.
@@ -206,14 +236,26 @@ pub fn check(events: &[Event], faults: &[Fault], register: u64) -> Verdict {
                 .any(|f| f.excuses(earlier.w, earlier.asked, earlier.from, later.from));
             if told || struck {
                 verdict.overlaps_excused += 1;
+                continue;
+            }
+            verdict.overlaps_unexcused += 1;
+            if written.get(&(earlier.w, earlier.token)) == Some(&false) {
+                verdict.overlaps_unexcused_fenced += 1;
+            }
+            let overlap = format!(
+                "worker {} (token {}) held the lock from {} to {} and worker {} (token {}) from {}, with no fault that excuses it (a pause, a kill, a cut of a lock that ends with its connection) and no lost() on token {} before the other grant",
+                a.w, a.token, a.from, a_to, b.w, b.token, b.from, earlier.token
+            );
+            if overlaps_allowed {
+                if verdict.overlaps.len() < OVERLAPS_LISTED {
+                    verdict.overlaps.push(overlap);
+                }
             } else {
-                verdict.violations.push(format!(
-                    "worker {} (token {}) held the lock from {} to {} and worker {} (token {}) from {}, with no fault that excuses it (a pause, a kill, a cut of a lock that ends with its connection) and no lost() on token {} before the other grant",
-                    a.w, a.token, a.from, a_to, b.w, b.token, b.from, earlier.token
-                ));
+                verdict.violations.push(overlap);
             }
         }
     }
+    let overlap_violations = verdict.violations.len();
 
     // Fencing: once the register accepted a token, it never accepts an older one afterwards.
     let mut begins: HashMap<(u32, u64), u64> = HashMap::new();
@@ -262,6 +304,9 @@ pub fn check(events: &[Event], faults: &[Fault], register: u64) -> Verdict {
             verdict.writes_unknown
         ));
     }
+    // The token checks come before the overlaps, the register's after.
+    verdict.unfenced_violations =
+        (verdict.violations.len() - overlap_violations + token_violations) as u64;
     verdict
 }
 
@@ -347,7 +392,7 @@ mod tests {
     fn a_clean_history_passes() {
         let mut events = round(1, 10, 100, 110, true);
         events.extend(round(2, 11, 120, 130, true));
-        let verdict = check(&events, &[], 2);
+        let verdict = check(&events, &[], 2, false);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
         assert_eq!(verdict.acquisitions, 2);
     }
@@ -356,13 +401,13 @@ mod tests {
     fn an_unexcused_overlap_is_a_violation_and_a_paused_one_is_not() {
         let mut events = round(1, 10, 100, 150, true);
         events.extend(round(2, 11, 120, 130, true));
-        assert_eq!(check(&events, &[], 2).violations.len(), 1);
+        assert_eq!(check(&events, &[], 2, false).violations.len(), 1);
         let pause = Fault::Pause {
             w: 1,
             from: 105,
             to: 140,
         };
-        let verdict = check(&events, &[pause], 2);
+        let verdict = check(&events, &[pause], 2, false);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
         assert_eq!(verdict.overlaps_excused, 1);
     }
@@ -413,7 +458,7 @@ mod tests {
                 false,
             ),
         ] {
-            let verdict = check(&events, &[fault], 2);
+            let verdict = check(&events, &[fault], 2, false);
             assert_eq!(verdict.violations.is_empty(), excused, "{fault:?}");
             assert_eq!(verdict.overlaps_excused, u64::from(excused), "{fault:?}");
         }
@@ -431,13 +476,13 @@ mod tests {
             at: 1_000_000,
             frees: true,
         };
-        assert_eq!(check(&events, &[cut], 2).violations.len(), 1);
+        assert_eq!(check(&events, &[cut], 2, false).violations.len(), 1);
         let pause = Fault::Pause {
             w: 1,
             from: 1_000_000,
             to: 1_500_000,
         };
-        assert!(check(&events, &[pause], 2).violations.is_empty());
+        assert!(check(&events, &[pause], 2, false).violations.is_empty());
     }
 
     #[test]
@@ -452,13 +497,13 @@ mod tests {
         {
             *at = 100;
         }
-        assert_eq!(check(&events, &[], 1).violations.len(), 1);
+        assert_eq!(check(&events, &[], 1, false).violations.len(), 1);
         let pause = Fault::Pause {
             w: 1,
             from: 101,
             to: 119,
         };
-        let verdict = check(&events, &[pause], 1);
+        let verdict = check(&events, &[pause], 1, false);
         assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
     }
 
@@ -471,23 +516,51 @@ mod tests {
             from: 125,
             to: 140,
         };
-        assert_eq!(check(&events, &[late_pause], 2).violations.len(), 1);
+        assert_eq!(check(&events, &[late_pause], 2, false).violations.len(), 1);
         let late_kill = Fault::Kill { w: 1, at: 125 };
-        assert_eq!(check(&events, &[late_kill], 2).violations.len(), 1);
+        assert_eq!(check(&events, &[late_kill], 2, false).violations.len(), 1);
         if let Some(Event::End { lost_at, .. }) = events
             .iter_mut()
             .find(|e| matches!(e, Event::End { w: 1, .. }))
         {
             *lost_at = Some(125);
         }
-        assert_eq!(check(&events, &[], 2).violations.len(), 1);
+        assert_eq!(check(&events, &[], 2, false).violations.len(), 1);
         if let Some(Event::End { lost_at, .. }) = events
             .iter_mut()
             .find(|e| matches!(e, Event::End { w: 1, .. }))
         {
             *lost_at = Some(115);
         }
-        assert!(check(&events, &[], 2).violations.is_empty());
+        assert!(check(&events, &[], 2, false).violations.is_empty());
+    }
+
+    #[test]
+    fn an_allowed_overlap_is_reported_and_only_unfenced_violations_count() {
+        // Two holders at once (a double grant by the servers): the earlier's write was
+        // refused by the register.
+        let mut events = round(1, 10, 100, 150, false);
+        events.extend(round(2, 11, 120, 130, true));
+        let strict = check(&events, &[], 1, false);
+        assert_eq!(strict.violations.len(), 1, "{:?}", strict.violations);
+        assert_eq!(strict.unfenced_violations, 0);
+        let allowed = check(&events, &[], 1, true);
+        assert!(allowed.violations.is_empty(), "{:?}", allowed.violations);
+        assert_eq!(
+            (
+                allowed.overlaps_unexcused,
+                allowed.overlaps_unexcused_fenced,
+                allowed.overlaps.len()
+            ),
+            (1, 1, 1)
+        );
+        // Without fencing both writes land on the same value: one update is lost.
+        let mut events = round(1, 10, 100, 150, true);
+        events.extend(round(2, 11, 120, 130, true));
+        let lost = check(&events, &[], 1, true);
+        assert_eq!(lost.unfenced_violations, 1, "{:?}", lost.violations);
+        assert_eq!(lost.overlaps_unexcused_fenced, 0);
+        assert!(lost.violations[0].contains("lost"), "{:?}", lost.violations);
     }
 
     #[test]
@@ -495,7 +568,7 @@ mod tests {
         let mut events = round(1, 10, 100, 110, true);
         events.extend(round(1, 10, 120, 130, true));
         assert!(
-            check(&events, &[], 2)
+            check(&events, &[], 2, false)
                 .violations
                 .iter()
                 .any(|v| v.contains("granted twice"))
@@ -506,21 +579,21 @@ mod tests {
     fn a_token_that_goes_back_is_a_violation() {
         let mut events = round(1, 10, 100, 110, true);
         events.extend(round(2, 9, 120, 130, true));
-        assert!(!check(&events, &[], 2).violations.is_empty());
+        assert!(!check(&events, &[], 2, false).violations.is_empty());
     }
 
     #[test]
     fn a_lost_update_is_a_violation() {
         let mut events = round(1, 10, 100, 110, true);
         events.extend(round(2, 11, 120, 130, true));
-        assert!(!check(&events, &[], 1).violations.is_empty());
+        assert!(!check(&events, &[], 1, false).violations.is_empty());
     }
 
     #[test]
     fn an_older_token_accepted_after_a_newer_one_is_a_violation() {
         let mut events = round(2, 11, 100, 110, true);
         events.extend(round(1, 10, 120, 130, true));
-        let verdict = check(&events, &[], 2);
+        let verdict = check(&events, &[], 2, false);
         assert!(
             verdict
                 .violations

@@ -7,6 +7,7 @@ mod cross_process;
 mod demo;
 mod hot_item;
 mod operator;
+mod partitions;
 mod run;
 mod scheduled;
 
