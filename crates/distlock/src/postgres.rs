@@ -511,6 +511,8 @@ impl Backend for PostgresBackend {
             return Ok(Extended::Extended);
         }
         Ok(match self.live_owner(name).await? {
+            // The owner's later grant (another token): this one is gone.
+            Some((holder, _)) if holder == owner.as_str() => Extended::NotHeld,
             Some(_) => Extended::HeldByOther,
             None => Extended::NotHeld,
         })

@@ -477,8 +477,7 @@ impl<D: Dialect> Backend for SessionBackend<D> {
 
     /// Renews the grants `locks` are about (by their tokens). A lock released and granted
     /// again before or while the renewal is in flight keeps its new grant (with the lease it
-    /// was granted): the answer is about the earlier grant only, and the keeper, which knows
-    /// which grant it renewed, ignores it. A newer grant answers true.
+    /// was granted): the answer, false, is about the earlier grant only.
     async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
         let shared = &self.shared;
         let start = Instant::now();
@@ -500,8 +499,9 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                     return false;
                 };
                 let Some(asked) = asked.as_ref().filter(|asked| asked.is(held)) else {
-                    // Granted after the renewal began: not what it asked about.
-                    return true;
+                    // Not the grant the renewal is about (that one is gone): the later
+                    // grant is left alone, and the answer about the earlier one is no.
+                    return false;
                 };
                 if answer == Some(true) {
                     held.expires_at = start + lease;
@@ -550,8 +550,8 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         Some(self.shared.status.subscribe())
     }
 
-    /// Which grants of `locks` the server still holds; a grant made after the check began
-    /// counts as held (the client checks the grants it knew of).
+    /// Which grants of `locks` the server still holds: the grants as they were when the check
+    /// began; one replaced meanwhile is gone.
     async fn still_held(&self, locks: &[(LockName, Owner)]) -> Result<Vec<bool>> {
         let shared = &self.shared;
         let grants = shared.grants_of(locks);
@@ -568,10 +568,10 @@ impl<D: Dialect> Backend for SessionBackend<D> {
                 else {
                     return false;
                 };
-                match asked {
-                    Some(asked) if asked.is(held) => answer == Some(true),
-                    _ => true,
-                }
+                // A grant other than the one asked about: the one asked about is gone.
+                asked
+                    .as_ref()
+                    .is_some_and(|asked| asked.is(held) && answer == Some(true))
             })
             .collect())
     }

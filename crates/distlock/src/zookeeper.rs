@@ -469,12 +469,13 @@ impl Backend for ZooKeeperBackend {
         let start = Instant::now();
         let alive = shared.exists(&session, &path, token).await?;
         let mut state = shared.state();
+        // The path and the token: in naive mode every grant of a name has the same path.
         let extended = match state.held.get_mut(&key) {
-            Some(held) if held.path == path && alive => {
+            Some(held) if held.path == path && held.token == token && alive => {
                 held.expires_at = start + lease;
                 Extended::Extended
             }
-            Some(held) if held.path == path => {
+            Some(held) if held.path == path && held.token == token => {
                 state.held.remove(&key);
                 Extended::NotHeld
             }
@@ -501,10 +502,13 @@ impl Backend for ZooKeeperBackend {
         let alive = shared.read_many(&session, &nodes).await?;
         let mut state = shared.state();
         for ((key, node), alive) in keys.iter().zip(&nodes).zip(&alive) {
-            let Some((path, _)) = node else { continue };
+            let Some((path, token)) = node else { continue };
+            // The path and the token: in naive mode every grant of a name has the same path.
             match state.held.get_mut(key) {
-                Some(held) if &held.path == path && *alive => held.expires_at = start + lease,
-                Some(held) if &held.path == path => {
+                Some(held) if &held.path == path && held.token == *token && *alive => {
+                    held.expires_at = start + lease;
+                }
+                Some(held) if &held.path == path && held.token == *token => {
                     state.held.remove(key);
                 }
                 _ => {}
