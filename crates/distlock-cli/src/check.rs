@@ -94,29 +94,6 @@ struct Spawner<'a> {
     proxied: bool,
 }
 
-/// The schemes whose documented limits allow two holders at once with no fault on the client
-/// side, and where: Redis acknowledges a grant before its replica has it, so a failover can
-/// grant the lock again. There an overlap is reported, not a violation, and the pass
-/// criterion is the fenced register: no stale write accepted, no update lost.
-const OVERLAP_LIMITS: &[(&str, &str)] = &[
-    (
-        "redis+sentinel",
-        "asynchronous replication: a failover may grant the lock again (docs/backends/redis.md#safety-limits)",
-    ),
-    (
-        "redis+cluster",
-        "asynchronous replication: a shard's failover may grant the lock again (docs/backends/redis.md#safety-limits)",
-    ),
-];
-
-/// The documented limit that allows overlaps on `scheme`, if there is one.
-fn overlap_limit(scheme: &str) -> Option<&'static str> {
-    OVERLAP_LIMITS
-        .iter()
-        .find(|(known, _)| *known == scheme)
-        .map(|(_, why)| *why)
-}
-
 /// Makes `--log-dir` (or takes it when it exists and is empty): one run's files only.
 fn prepare_log_dir(dir: &Path) -> CliResult {
     std::fs::create_dir_all(dir).map_err(|e| {
@@ -244,7 +221,7 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
         }
     }
     check_namespaces(&args.worker_netns)?;
-    let limit = overlap_limit(scheme.name);
+    let limit = scheme.overlap_limit;
     let temporary;
     let dir: &Path = match &args.log_dir {
         Some(dir) => {

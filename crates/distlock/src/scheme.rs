@@ -55,6 +55,11 @@ pub struct Scheme {
     /// Keys passed on, unchanged, to the driver underneath (sqlx, redis-rs); a key ending in
     /// `[` is a prefix (`options[search_path]`).
     pub driver_options: &'static [&'static str],
+    /// The documented limit under which two clients may hold a lock at once (a failover of
+    /// asynchronous replication), and where it is documented; `None`: never. `distlock
+    /// check` reports such overlaps instead of failing on them, as long as fencing refused
+    /// the stale writes.
+    pub overlap_limit: Option<&'static str>,
 }
 
 impl Scheme {
@@ -263,6 +268,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "memory://",
         options: &[],
         driver_options: &[],
+        overlap_limit: None,
     },
     Scheme {
         name: "sqlite",
@@ -271,6 +277,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "sqlite:///var/lib/app/locks.db",
         options: SQLITE_OPTIONS,
         driver_options: &[],
+        overlap_limit: None,
     },
     Scheme {
         name: "redis",
@@ -279,6 +286,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redis://127.0.0.1:6379/",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        overlap_limit: None,
     },
     Scheme {
         name: "rediss",
@@ -287,6 +295,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "rediss://cache.internal:6379/?ca=/etc/ssl/ca.pem",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        overlap_limit: None,
     },
     Scheme {
         name: "redis+spin",
@@ -295,6 +304,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redis+spin://127.0.0.1:6379/",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        overlap_limit: None,
     },
     Scheme {
         name: "redis+sentinel",
@@ -303,6 +313,9 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redis+sentinel://s1:26379,s2:26379/mymaster",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        overlap_limit: Some(
+            "asynchronous replication: a failover may grant the lock again (docs/backends/redis.md#safety-limits)",
+        ),
     },
     Scheme {
         name: "redis+cluster",
@@ -311,6 +324,9 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redis+cluster://n1:7000,n2:7001/",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        overlap_limit: Some(
+            "asynchronous replication: a shard's failover may grant the lock again (docs/backends/redis.md#safety-limits)",
+        ),
     },
     Scheme {
         name: "redlock",
@@ -319,6 +335,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redlock://r1:6379,r2:6379,r3:6379/",
         options: REDLOCK_OPTIONS,
         driver_options: REDIS_DRIVER,
+        overlap_limit: None,
     },
     Scheme {
         name: "zk",
@@ -327,6 +344,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "zk://127.0.0.1:2181/distlock/locks",
         options: ZK_OPTIONS,
         driver_options: &[],
+        overlap_limit: None,
     },
     Scheme {
         name: "zk+naive",
@@ -335,6 +353,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "zk+naive://127.0.0.1:2181/",
         options: ZK_OPTIONS,
         driver_options: &[],
+        overlap_limit: None,
     },
     Scheme {
         name: "postgres",
@@ -343,6 +362,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "postgres://user:password@127.0.0.1:5432/db",
         options: POSTGRES_OPTIONS,
         driver_options: POSTGRES_DRIVER,
+        overlap_limit: None,
     },
     Scheme {
         name: "postgresql",
@@ -351,6 +371,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "postgresql://user@127.0.0.1/db?mode=table",
         options: POSTGRES_OPTIONS,
         driver_options: POSTGRES_DRIVER,
+        overlap_limit: None,
     },
     Scheme {
         name: "mysql",
@@ -359,6 +380,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "mysql://root@127.0.0.1:3306/db",
         options: MYSQL_OPTIONS,
         driver_options: MYSQL_DRIVER,
+        overlap_limit: None,
     },
     Scheme {
         name: "mariadb",
@@ -367,6 +389,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "mariadb://root@127.0.0.1:3306/db?mode=table",
         options: MYSQL_OPTIONS,
         driver_options: MYSQL_DRIVER,
+        overlap_limit: None,
     },
     Scheme {
         name: "etcd",
@@ -375,6 +398,7 @@ pub const SCHEMES: &[Scheme] = &[
         example: "etcd://127.0.0.1:2379/",
         options: ETCD_OPTIONS,
         driver_options: &[],
+        overlap_limit: None,
     },
 ];
 
