@@ -346,6 +346,25 @@ async fn faulty_client(
     (locks, faulty)
 }
 
+/// The owner's newer grant `second` of `name` (on a fixed 5 s lease) still holds after an
+/// answer about an earlier grant: a rival is refused, and the guard is neither lost nor gone.
+/// Then it is released.
+async fn newer_grant_still_holds(target: &Target, name: &str, second: crate::Guard) {
+    let rival = client(target).await;
+    let taken = rival.mutex(name).unwrap().try_acquire().await;
+    assert!(
+        matches!(taken, Ok(None)),
+        "a rival was granted the lock during the owner's fixed 5 s lease: {taken:?}"
+    );
+    assert!(
+        !second.is_lost(),
+        "the new grant was lost: {:?}",
+        second.loss_reason()
+    );
+    assert!(second.is_held().await.unwrap(), "the new grant is gone");
+    second.release().await.expect("release the second grant");
+}
+
 /// When `guard`'s `lost()` fires, at most `within` from now.
 async fn lost_at(guard: &crate::Guard, within: Duration) -> Option<Instant> {
     tokio::time::timeout(within, guard.lost())

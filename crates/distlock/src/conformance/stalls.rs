@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Target, client, faulty_client, lost_at, unique};
+use super::{Target, client, faulty_client, lost_at, newer_grant_still_holds, unique};
 use crate::fault::{Fault, Method};
 use crate::{AcquireOptions, ConnectOptions, Guard};
 
@@ -283,17 +283,5 @@ pub async fn promise6_a_late_renewal_leaves_a_newer_grant_alone(target: &Target)
     // Past the held-back renewal and a lease of 600 ms after it, with room for a loaded
     // machine: the rival must still be refused, and the guard must still hold.
     tokio::time::sleep_until(renewal_sent_at + lease + Duration::from_millis(600)).await;
-    let rival = client(target).await;
-    let taken = rival.mutex(name.as_str()).unwrap().try_acquire().await;
-    assert!(
-        matches!(taken, Ok(None)),
-        "a rival was granted the lock during the owner's fixed 5 s lease: {taken:?}"
-    );
-    assert!(
-        !second.is_lost(),
-        "the new grant was lost: {:?}",
-        second.loss_reason()
-    );
-    assert!(second.is_held().await.unwrap(), "the new grant is gone");
-    second.release().await.expect("release the second grant");
+    newer_grant_still_holds(target, &name, second).await;
 }

@@ -311,6 +311,22 @@ async fn promise4_a_release_cancelled_during_its_unlock_still_unlocks() {
     );
 }
 
+/// `owner`'s first hold of `name`, taken by a try that must be granted: its token.
+async fn first_grant(
+    backend: &impl Backend,
+    name: &LockName,
+    owner: &Owner,
+    lease: Duration,
+) -> u64 {
+    match backend.try_acquire(name, owner, lease).await.unwrap() {
+        Acquired::Granted {
+            fencing_token,
+            holds: 1,
+        } => fencing_token,
+        refused => panic!("{name}: {refused:?}"),
+    }
+}
+
 /// `owner` takes `name` as a waiter does: on a lock connection of its own (not the primary).
 async fn wait_for(backend: &impl Backend, name: &LockName, owner: &Owner) -> u64 {
     let mut waiter = backend
@@ -352,17 +368,7 @@ async fn promise6_a_renewal_in_flight_leaves_a_new_grant_of_the_name_alone() {
     let owner = Owner::new("re-taking", 1);
     let (other, name) = (unique("other"), unique("re-taken"));
     // `other` on the primary connection, `name` on a waiter's connection of its own.
-    let other_token = match backend
-        .try_acquire(&other, &owner, Duration::from_secs(30))
-        .await
-        .unwrap()
-    {
-        Acquired::Granted {
-            fencing_token,
-            holds: 1,
-        } => fencing_token,
-        refused => panic!("the other lock: {refused:?}"),
-    };
+    let other_token = first_grant(&backend, &other, &owner, Duration::from_secs(30)).await;
     let first = wait_for(&backend, &name, &owner).await;
     // The renewal asks the primary first (for `other`); its answer is held back there.
     let gate = backend
@@ -424,17 +430,7 @@ async fn promise6_an_extension_racing_the_lease_end_is_refused() {
     let (backend, _rival) = clients().await;
     let owner = Owner::new("extending", 1);
     let name = unique("ending");
-    let token = match backend
-        .try_acquire(&name, &owner, Duration::from_millis(300))
-        .await
-        .unwrap()
-    {
-        Acquired::Granted {
-            fencing_token,
-            holds: 1,
-        } => fencing_token,
-        refused => panic!("the lock: {refused:?}"),
-    };
+    let token = first_grant(&backend, &name, &owner, Duration::from_millis(300)).await;
     let gate = backend
         .shared
         .dialect
