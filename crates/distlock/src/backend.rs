@@ -220,8 +220,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// True when a [`Backend::try_acquire`] that fails gives back whatever it may have taken
     /// by itself, exactly (the Redlock marks each master's hold with the attempt's id and
     /// takes back that hold, in the background on masters that do not answer yet). The client
-    /// then does not settle the failed attempt ([`crate::settle`]): a settle's release takes
-    /// *a* hold of the owner, so that the give-back would take a second one. Default: false.
+    /// then does not settle the failed attempt (ask how many holds the owner has and release
+    /// the extra ones): a settle's release takes *a* hold of the owner, so that the give-back
+    /// would take a second one. Default: false.
     fn undoes_failed_attempts(&self) -> bool {
         false
     }
