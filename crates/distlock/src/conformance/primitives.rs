@@ -77,7 +77,9 @@ pub async fn promise1_semaphore_admits_at_most_its_permits(target: &Target) {
                     assert!(in_use.insert(slot.clone()), "two holders of {slot}");
                     most.fetch_max(in_use.len(), Ordering::SeqCst);
                 }
-                tokio::time::sleep(Duration::from_millis(15)).await;
+                // Long enough for three holds to meet while a slow backend (an etcd
+                // cluster on a loaded machine) hands permits over one round trip at a time.
+                tokio::time::sleep(Duration::from_millis(60)).await;
                 in_use.lock().unwrap().remove(&slot);
                 permit.release().await.expect("release a permit");
             }
