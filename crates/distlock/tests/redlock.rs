@@ -27,7 +27,9 @@ distlock::wire_fault_suite!(redlock_wire, servers::REDLOCK.target());
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn promise1_3_a_killed_master_keeps_the_lock_exclusive_and_tokens_growing() {
     let masters = OwnMasters::start();
-    let url = masters.url("?request_timeout=100ms");
+    // The default request timeout: a killed master refuses at once, and a shorter one fails
+    // live masters' answers on a loaded machine.
+    let url = masters.url("");
     let lease = Duration::from_secs(2);
     let name = name_with_gate("killed", 0);
     let steady = distlock::connect_with(&url, ConnectOptions::new().lease(lease))
@@ -68,7 +70,13 @@ async fn promise1_3_a_killed_master_keeps_the_lock_exclusive_and_tokens_growing(
                     }
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     inside.store(false, Ordering::SeqCst);
-                    guard.release().await.unwrap();
+                    // A grant on two masters, one of them killed, is no longer on a majority:
+                    // its release answers that it was lost (or, while a rival's failing
+                    // attempt marks the third master, held by another). That is no breach;
+                    // exclusion and tokens are what is checked.
+                    if let Err(error) = guard.release().await {
+                        eprintln!("a release failed: {error}");
+                    }
                 }
             }));
         }
