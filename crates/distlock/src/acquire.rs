@@ -192,7 +192,7 @@ async fn confirm_late_handover(
             // Unknown whether the handover still holds: give it back, then report.
             let client = client.clone();
             let ticket = client.begin_request(&name, &owner);
-            tokio::spawn(async move {
+            crate::cleanup::spawn(async move {
                 let _ = release_one(&client, &name, &owner, ticket).await;
             });
             Err(error)

@@ -183,7 +183,7 @@ impl Locks {
     pub async fn force_unlock(&self, name: &str) -> Result<bool> {
         let name = LockName::new(name)?;
         let freed = self.inner.backend.force_unlock(&name).await?;
-        tracing::warn!(lock = %name, freed, "force unlock");
+        tracing::info!(lock = %name, freed, "force unlock");
         Ok(freed)
     }
 
@@ -192,6 +192,30 @@ impl Locks {
         let start = std::time::Instant::now();
         self.inner.backend.ping().await?;
         Ok(start.elapsed())
+    }
+
+    /// Waits until the work this process left to the background has ended, at most
+    /// `within`: the releases of dropped guards and leaderships, the queue entries of
+    /// dropped or timed-out waits, the undoing of cancelled requests. True when nothing is
+    /// left. Call it before a process exits (the end of `main`, a signal handler): a task
+    /// still queued when the runtime stops never runs, and what it was to remove stays on
+    /// the server until a lease or a staleness limit ends it.
+    ///
+    /// It counts this whole process's work, every client's, and what is started meanwhile.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> distlock::Result<()> {
+    /// use std::time::Duration;
+    /// let locks = distlock::connect("memory://").await?;
+    /// drop(locks.mutex("job")?.acquire().await?); // released in the background
+    /// assert!(locks.wait_for_cleanups(Duration::from_secs(5)).await);
+    /// assert!(!locks.is_locked("job").await?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn wait_for_cleanups(&self, within: Duration) -> bool {
+        crate::cleanup::settled(within).await
     }
 
     /// The backend's URL scheme.

@@ -505,7 +505,7 @@ impl Drop for Leadership {
             Ok(runtime) => {
                 let (backend, key) = (self.backend.clone(), self.key.clone());
                 let release = withdraw_and_release(backend, key, term, guard, self.native);
-                drop(runtime.spawn(release));
+                crate::cleanup::spawn_on(&runtime, release);
             }
             // The guard's own drop says what happens without a runtime; the record stays,
             // and the next term replaces it.

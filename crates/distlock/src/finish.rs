@@ -58,14 +58,11 @@ impl<T: Send + 'static> Drop for FinishOnDrop<T> {
         let (Some(request), Some(clean_up)) = (self.request.take(), self.clean_up.take()) else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                drop(runtime.spawn(async move { clean_up(request.await).await }));
-            }
-            Err(_) => tracing::warn!(
+        if !crate::cleanup::spawn(async move { clean_up(request.await).await }) {
+            tracing::warn!(
                 "a lock request was dropped outside a Tokio runtime; what it did stands until \
                  its lease ends"
-            ),
+            );
         }
     }
 }

@@ -128,6 +128,7 @@ mod bare;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
+mod cleanup;
 mod client;
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -199,6 +199,8 @@ struct Orphan {
     /// lost and the lookup failed): the node to delete is the one starting with it, if any.
     /// The count is how many more lookups a node not found yet gets.
     prefix_lookups: Option<u8>,
+    /// Counted until it is deleted or dropped, so that a process can wait for it to go.
+    _counted: crate::cleanup::Counted,
 }
 
 impl State {

@@ -257,6 +257,7 @@ impl Reap for Shared {
                     generation: held.generation,
                     ended: Some(key),
                     late_until: None,
+                    _counted: crate::cleanup::Counted::new(),
                 });
             }
         }

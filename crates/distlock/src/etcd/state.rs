@@ -70,6 +70,8 @@ pub(super) struct Orphan {
     /// For a key whose put never answered (`token` is `None`): the put may still be applied
     /// after the first delete, so the key is deleted again until then.
     pub(super) late_until: Option<Instant>,
+    /// Counted until it is deleted or dropped, so that a process can wait for it to go.
+    pub(super) _counted: crate::cleanup::Counted,
 }
 
 impl State {
@@ -181,6 +183,7 @@ impl Shared {
             generation,
             ended,
             late_until: None,
+            _counted: crate::cleanup::Counted::new(),
         });
         self.reaper.notify_one();
     }

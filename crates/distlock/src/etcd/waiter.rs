@@ -36,6 +36,7 @@ impl Drop for EtcdWaiter {
                 generation: queued.generation,
                 ended: None,
                 late_until: None,
+                _counted: crate::cleanup::Counted::new(),
             });
             drop(state);
             self.shared.reaper.notify_one();

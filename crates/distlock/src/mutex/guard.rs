@@ -420,7 +420,7 @@ impl Drop for Guard {
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 // Detached: a failure is only logged.
-                drop(runtime.spawn(async move {
+                crate::cleanup::spawn_on(&runtime, async move {
                     match release.await {
                         Ok(_) => tracing::debug!(lock = %name, "released on drop"),
                         Err(error) => tracing::warn!(
@@ -428,7 +428,7 @@ impl Drop for Guard {
                             "release on drop failed; the lock frees when its lease ends"
                         ),
                     }
-                }));
+                });
             }
             Err(_) => tracing::warn!(
                 lock = %name,

@@ -227,7 +227,7 @@ impl Drop for RedisWaiter {
             // Leave the queue; give back a lock handed to us that we did not take (and pass a
             // free lock on). Best effort: a ticket left behind goes stale in a second, and a
             // lock handed to us frees when its lease ends.
-            drop(runtime.spawn(async move {
+            crate::cleanup::spawn_on(&runtime, async move {
                 let _: redis::RedisResult<i64> = queued
                     .keys
                     .passing_on(&queued.backend.scripts.leave)
@@ -235,7 +235,7 @@ impl Drop for RedisWaiter {
                     .arg(millis(TICKET_STALE))
                     .invoke_async(&mut queued.backend.connection.clone())
                     .await;
-            }));
+            });
         }
         let own = self.own.take().map(|(channel, _)| channel);
         for channel in [Some(std::mem::take(&mut self.channel)), own]

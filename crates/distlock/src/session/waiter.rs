@@ -184,7 +184,9 @@ impl<D: Dialect> Drop for SessionWaiter<D> {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let shared = self.shared.clone();
-            runtime.spawn(async move { shared.cancel_statement(session).await });
+            crate::cleanup::spawn_on(&runtime, async move {
+                shared.cancel_statement(session).await;
+            });
         }
     }
 }

@@ -249,7 +249,7 @@ impl Drop for SqliteWaiter {
         // Leave the queue. Best effort: a ticket left behind is skipped once it is stale.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let backend = self.backend.clone();
-            drop(runtime.spawn(async move {
+            crate::cleanup::spawn_on(&runtime, async move {
                 let _ = backend
                     .run("leave the queue", move |conn| {
                         execute(
@@ -259,7 +259,7 @@ impl Drop for SqliteWaiter {
                         )
                     })
                     .await;
-            }));
+            });
         }
     }
 }

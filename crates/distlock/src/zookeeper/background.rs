@@ -29,6 +29,7 @@ impl Reap for Shared {
                     token,
                     generation: held.generation,
                     prefix_lookups: None,
+                    _counted: crate::cleanup::Counted::new(),
                 });
             }
         }

@@ -49,6 +49,7 @@ impl Shared {
             token,
             generation,
             prefix_lookups: None,
+            _counted: crate::cleanup::Counted::new(),
         });
         self.reaper.notify_one();
     }
@@ -64,6 +65,7 @@ impl Shared {
             token: None,
             generation,
             prefix_lookups: Some(1),
+            _counted: crate::cleanup::Counted::new(),
         });
         self.reaper.notify_one();
     }

@@ -77,6 +77,7 @@ impl Drop for SequentialWaiter {
                 token: None,
                 generation: queued.generation,
                 prefix_lookups: None,
+                _counted: crate::cleanup::Counted::new(),
             });
             drop(state);
             self.shared.reaper.notify_one();

@@ -290,7 +290,7 @@ impl RedlockBackend {
         let backend = self.clone();
         let (owner, id) = (owner.clone(), id.to_owned());
         let until = Instant::now() + kept;
-        tokio::spawn(async move {
+        crate::cleanup::spawn(async move {
             let mut left = left;
             while !left.is_empty() && Instant::now() < until {
                 tokio::time::sleep(backend.request_timeout).await;
