@@ -317,6 +317,25 @@ pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<Locks> {
 /// As [`connect`].
 pub async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
     let (scheme, _) = scheme::of_url(url)?;
+    let limit = scheme::connect_timeout(url)?;
+    match tokio::time::timeout(limit, open_scheme(scheme, url)).await {
+        Ok(opened) => opened,
+        // Dropping a connect midway leaves no lock: it has taken none yet.
+        Err(_) => Err(Error::backend(
+            scheme.name,
+            "connect",
+            format!(
+                "no answer within {limit:?} (connect_timeout); check that the server runs and \
+                 answers at that address, or raise ?connect_timeout="
+            ),
+        )),
+    }
+}
+
+async fn open_scheme(
+    scheme: &'static scheme::Scheme,
+    url: &str,
+) -> Result<Arc<dyn backend::Backend>> {
     match scheme.kind {
         BackendKind::Memory => memory::connect(url).await,
         #[cfg(feature = "sqlite")]

@@ -60,6 +60,14 @@ pub struct Scheme {
     /// check` reports such overlaps instead of failing on them, as long as fencing refused
     /// the stale writes.
     pub overlap_limit: Option<&'static str>,
+    /// The option of [`options`](Self::options) that decides when a crashed holder's locks
+    /// free, where that is a property of the client's session rather than of each lock's
+    /// lease (ZooKeeper's session timeout, etcd's lease TTL): a tool with one lease setting
+    /// for every backend sets this option to it.
+    pub session_lease: Option<&'static str>,
+    /// True when the locks live in this process only (`memory://`): nothing is shared with
+    /// another process, so a tool that coordinates processes refuses it.
+    pub process_local: bool,
 }
 
 impl Scheme {
@@ -68,13 +76,18 @@ impl Scheme {
         self.feature.is_none_or(feature_enabled)
     }
 
-    /// Every key the query may carry: distlock's, then the driver's.
+    /// Every key the query may carry: distlock's (this scheme's, then those of every
+    /// scheme), then the driver's.
     pub fn known_keys(&self) -> Vec<&'static str> {
-        self.options
-            .iter()
+        self.own_options()
             .map(|option| option.key)
             .chain(self.driver_options.iter().copied())
             .collect()
+    }
+
+    /// distlock's options of this scheme: its own, then [`COMMON_OPTIONS`].
+    pub fn own_options(&self) -> impl Iterator<Item = &'static UrlOption> + use<> {
+        self.options.iter().chain(COMMON_OPTIONS)
     }
 
     fn is_driver_key(&self, key: &str) -> bool {
@@ -99,6 +112,39 @@ fn feature_enabled(feature: &str) -> bool {
         "mysql" => cfg!(feature = "mysql"),
         _ => false,
     }
+}
+
+/// The options every scheme takes.
+pub const COMMON_OPTIONS: &[UrlOption] = &[UrlOption {
+    key: "connect_timeout",
+    values: "10s|2500ms",
+    meaning: "how long connecting may take (every server's connection and distlock's set-up) \
+              before it fails, 100 ms to 10 min (10 s)",
+}];
+
+/// How long connecting may take unless the URL's `connect_timeout` says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The range `connect_timeout` accepts.
+const CONNECT_TIMEOUT_RANGE: std::ops::RangeInclusive<std::time::Duration> =
+    std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(600);
+
+/// The `connect_timeout` of `url` (checked), or the default. A bare number is seconds, as
+/// libpq writes it (URLs shared with libpq-based tools carry `connect_timeout=10`).
+pub(crate) fn connect_timeout(url: &str) -> Result<std::time::Duration> {
+    let (_, query) = Query::parse(url)?;
+    if let Some(seconds) = query
+        .get("connect_timeout")
+        .and_then(|value| value.parse::<u64>().ok())
+    {
+        let timeout = std::time::Duration::from_secs(seconds);
+        if CONNECT_TIMEOUT_RANGE.contains(&timeout) {
+            return Ok(timeout);
+        }
+    }
+    Ok(query
+        .duration("connect_timeout", CONNECT_TIMEOUT_RANGE)?
+        .unwrap_or(DEFAULT_CONNECT_TIMEOUT))
 }
 
 const FAIR: UrlOption = UrlOption {
@@ -149,7 +195,7 @@ const ETCD_OPTIONS: &[UrlOption] = &[
         key: "lease_ttl",
         values: "10s",
         meaning: "the TTL of the client's etcd lease, which frees a crashed holder's locks, \
-                  2 s to 1 h in whole seconds (10 s)",
+                  2 s to 1 h, rounded up to whole seconds (10 s)",
     },
     UrlOption {
         key: "watch",
@@ -175,7 +221,7 @@ const SQL_DRIVER_COMMON: [&str; 10] = [
 
 /// sqlx's PostgreSQL keys, and libpq's that sqlx accepts without acting on them (it logs a
 /// warning): URLs shared with libpq-based tools (`DATABASE_URL`) carry them.
-const POSTGRES_DRIVER: &[&str] = &concat_keys::<10, 27, 37>(
+const POSTGRES_DRIVER: &[&str] = &concat_keys::<10, 26, 36>(
     SQL_DRIVER_COMMON,
     [
         "sslrootcert",
@@ -187,7 +233,6 @@ const POSTGRES_DRIVER: &[&str] = &concat_keys::<10, 27, 37>(
         "user",
         "password",
         "application_name",
-        "connect_timeout",
         "channel_binding",
         "target_session_attrs",
         "gssencmode",
@@ -268,6 +313,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "memory://",
         options: &[],
         driver_options: &[],
+        process_local: true,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -277,6 +324,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "sqlite:///var/lib/app/locks.db",
         options: SQLITE_OPTIONS,
         driver_options: &[],
+        process_local: false,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -286,6 +335,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redis://127.0.0.1:6379/",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -295,6 +346,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "rediss://cache.internal:6379/?ca=/etc/ssl/ca.pem",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -304,6 +357,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redis+spin://127.0.0.1:6379/",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -313,6 +368,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redis+sentinel://s1:26379,s2:26379/mymaster",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: Some(
             "asynchronous replication: a failover may grant the lock again (docs/backends/redis.md#safety-limits)",
         ),
@@ -324,6 +381,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redis+cluster://n1:7000,n2:7001/",
         options: REDIS_OPTIONS,
         driver_options: REDIS_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: Some(
             "asynchronous replication: a shard's failover may grant the lock again (docs/backends/redis.md#safety-limits)",
         ),
@@ -335,6 +394,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "redlock://r1:6379,r2:6379,r3:6379/",
         options: REDLOCK_OPTIONS,
         driver_options: REDIS_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -344,6 +405,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "zk://127.0.0.1:2181/distlock/locks",
         options: ZK_OPTIONS,
         driver_options: &[],
+        process_local: false,
+        session_lease: Some("session_timeout"),
         overlap_limit: None,
     },
     Scheme {
@@ -353,6 +416,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "zk+naive://127.0.0.1:2181/",
         options: ZK_OPTIONS,
         driver_options: &[],
+        process_local: false,
+        session_lease: Some("session_timeout"),
         overlap_limit: None,
     },
     Scheme {
@@ -362,6 +427,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "postgres://user:password@127.0.0.1:5432/db",
         options: POSTGRES_OPTIONS,
         driver_options: POSTGRES_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -371,6 +438,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "postgresql://user@127.0.0.1/db?mode=table",
         options: POSTGRES_OPTIONS,
         driver_options: POSTGRES_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -380,6 +449,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "mysql://root@127.0.0.1:3306/db",
         options: MYSQL_OPTIONS,
         driver_options: MYSQL_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -389,6 +460,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "mariadb://root@127.0.0.1:3306/db?mode=table",
         options: MYSQL_OPTIONS,
         driver_options: MYSQL_DRIVER,
+        process_local: false,
+        session_lease: None,
         overlap_limit: None,
     },
     Scheme {
@@ -398,6 +471,8 @@ pub const SCHEMES: &[Scheme] = &[
         example: "etcd://127.0.0.1:2379/",
         options: ETCD_OPTIONS,
         driver_options: &[],
+        process_local: false,
+        session_lease: Some("lease_ttl"),
         overlap_limit: None,
     },
 ];
@@ -423,7 +498,7 @@ pub fn find(name: &str) -> Option<&'static Scheme> {
 /// [`Error::FeatureDisabled`] and [`Error::NotYetAvailable`] as [`connect`](crate::connect).
 pub fn validate(url: &str) -> Result<&'static Scheme> {
     let (scheme, _) = of_url(url)?;
-    Query::parse(url)?;
+    connect_timeout(url)?;
     match scheme.kind {
         BackendKind::Memory => {}
         #[cfg(feature = "sqlite")]

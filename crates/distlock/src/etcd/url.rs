@@ -82,17 +82,15 @@ impl EtcdUrl {
         } else {
             format!("{path}/")
         };
-        let lease_ttl = match query.get("lease_ttl") {
-            None => DEFAULT_LEASE_TTL,
-            Some(value) => parse_seconds(value).ok_or_else(|| {
-                invalid(
-                    url,
-                    format!(
-                        "lease_ttl={value:?} is not a whole number of seconds such as 10s, 2s to 1h"
-                    ),
-                )
-            })?,
-        };
+        // etcd counts a lease's TTL in whole seconds: a fraction is rounded up.
+        let lease_ttl = query
+            .duration(
+                "lease_ttl",
+                Duration::from_secs(2)..=Duration::from_secs(3600),
+            )?
+            .map_or(DEFAULT_LEASE_TTL, |ttl| {
+                Duration::from_secs(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0))
+            });
         let watch = match query.get("watch") {
             None | Some("now") => WatchStart::Now,
             Some("etcd") => WatchStart::Revision,
@@ -119,13 +117,6 @@ impl EtcdUrl {
 }
 
 /// `10s`, between 2 s and 1 h.
-fn parse_seconds(value: &str) -> Option<Duration> {
-    let seconds: u64 = value.strip_suffix('s')?.parse().ok()?;
-    (2..=3600)
-        .contains(&seconds)
-        .then(|| Duration::from_secs(seconds))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +133,8 @@ mod tests {
         assert_eq!(url.endpoints, ["http://h:2379"]);
         assert_eq!(url.lease_ttl, Duration::from_secs(3));
         assert_eq!(url.watch, WatchStart::Revision);
+        let url = EtcdUrl::parse("etcd://h?lease_ttl=2500ms").unwrap();
+        assert_eq!(url.lease_ttl, Duration::from_secs(3), "rounded up");
         let url = EtcdUrl::parse("etcd://h:1/app/locks?watch=now").unwrap();
         assert_eq!(url.prefix, "app/locks/");
         assert_eq!(url.lock_prefix("a%2Fb"), "app/locks/a%2Fb/");
@@ -156,7 +149,7 @@ mod tests {
             "etcd://u@h:2379/",
             "etcd://h/?lease_ttl=1s",
             "etcd://h/?lease_ttl=10",
-            "etcd://h/?lease_ttl=2500ms",
+            "etcd://h/?lease_ttl=1999ms",
             "etcd://h/?watch=later",
             "etcd://h/?fair=false",
             "zk://h/",

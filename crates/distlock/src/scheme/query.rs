@@ -61,7 +61,7 @@ impl<'a> Query<'a> {
             // Drivers decode percent-escaped keys (`options%5Bsearch_path%5D`): so is the check.
             let decoded = percent_decoded(raw_key);
             let key = decoded.as_str();
-            if let Some(option) = scheme.options.iter().find(|o| o.key == key) {
+            if let Some(option) = scheme.own_options().find(|o| o.key == key) {
                 if own.iter().any(|(seen, _)| *seen == option.key) {
                     return Err(Error::invalid(
                         "URL",
@@ -224,11 +224,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("\"fare\"") && err.contains("fair, spin, ca, protocol"),
+            err.contains("\"fare\"") && err.contains("fair, spin, ca, connect_timeout, protocol"),
             "{err}"
         );
         let err = Query::parse("memory://x?a=1").unwrap_err().to_string();
-        assert!(err.contains("takes no options"), "{err}");
+        assert!(err.contains("the options are connect_timeout"), "{err}");
         let err = Query::parse("zk://h/?fair=true&fair=false").unwrap_err();
         assert!(err.is_invalid_input(), "{err}");
         let err = Query::parse("sqlite:///x?fair=true&fair=false")
@@ -260,10 +260,30 @@ mod tests {
         assert_eq!(query.driver_url(base), "redis://h/");
         let (_, query) = Query::parse("redis://h/?fair=maybe").unwrap();
         assert!(query.flag("fair").unwrap_err().is_invalid_input());
-        // libpq's keys that sqlx ignores, and percent-escaped keys, still pass to the driver.
-        let url = "postgresql://u@h/db?sslmode=require&channel_binding=require&connect_timeout=10";
-        let (base, query) = Query::parse(url).unwrap();
+        // libpq's keys that sqlx ignores, and percent-escaped keys, still pass to the driver;
+        // connect_timeout is distlock's on every scheme, in libpq's bare seconds too.
+        let url = "postgresql://u@h/db?sslmode=require&channel_binding=require";
+        let with_timeout = format!("{url}&connect_timeout=10");
+        let (base, query) = Query::parse(&with_timeout).unwrap();
         assert_eq!(query.driver_url(base), url);
+        for (url, seconds) in [
+            ("postgresql://u@h/db?connect_timeout=10", 10.0),
+            ("redis://h/?connect_timeout=2500ms", 2.5),
+            ("zk://h/", 10.0),
+        ] {
+            let timeout = crate::scheme::connect_timeout(url).unwrap();
+            assert_eq!(timeout.as_secs_f64(), seconds, "{url}");
+        }
+        for bad in [
+            "etcd://h/?connect_timeout=0",
+            "redis://h/?connect_timeout=1d",
+        ] {
+            assert!(
+                crate::scheme::connect_timeout(bad)
+                    .unwrap_err()
+                    .is_invalid_input()
+            );
+        }
         let (base, query) = Query::parse("postgres://h/db?options%5Bsearch_path%5D=x").unwrap();
         assert_eq!(
             query.driver_url(base),
