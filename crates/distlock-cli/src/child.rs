@@ -1,27 +1,29 @@
 //! The command `run` and `elect` start under a lock: started with the lock's variables in its
-//! environment, sent the signals distlock is sent, stopped when the lock is lost, and its exit
-//! status passed on.
+//! environment, sent the signals distlock is sent, stopped when the lock is lost or
+//! `--max-run` ends, and its exit status passed on. It never outlives the lock's holder.
 //!
-//! # Process group and signals
-//! The command stays in distlock's process group, so that it can use the terminal (a child
-//! in a group of its own would be stopped by SIGTTIN as soon as it read from it). The signals
-//! a terminal sends (Ctrl-C's SIGINT, Ctrl-\'s SIGQUIT, a hang-up's SIGHUP) go to the whole
-//! foreground group, so the command receives them from the kernel itself; the same signal
-//! sent to distlock alone by a process (`kill PID`, a supervisor stopping its main process)
-//! reaches only distlock, which passes it on. To send each signal once, distlock passes on
-//! only those a process sent (`si_code` is not `SI_KERNEL`), by the command's process id,
-//! and only until it has reaped the command, so the id cannot have been reused.
+//! # Process group, death signal and the terminal
+//! The command runs in a process group of its own, so that distlock can end everything it
+//! started: every signal passed on, the stop on a loss, and the end of the command's stray
+//! children once it has exited go to the whole group. It also gets `PR_SET_PDEATHSIG`
+//! SIGKILL: if distlock dies without a word (SIGKILL, a crash), the kernel kills the command
+//! at once, before the lock's lease can end and another holder start. (The death signal
+//! follows the thread that started the command: distlock starts it from the main thread,
+//! which lives as long as the process.)
 //!
-//! Only the command itself is signalled, not the processes it started: a shell script should
-//! `exec` its last command or pass signals on itself.
+//! A group of its own would be stopped by SIGTTIN as soon as it read from the terminal: when
+//! distlock runs in the terminal's foreground, the command's group is made the foreground
+//! group while it runs (as a shell does for a job), so that it reads the terminal and gets
+//! Ctrl-C itself; distlock takes the terminal back once the command has exited.
+//!
+//! What remains: a process that leaves the group (`setsid`, a daemon) is neither signalled
+//! nor ended, and only the command itself, not its children, gets the death signal.
 
 use std::ffi::OsString;
 use std::future::Future;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::Poll;
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
@@ -39,17 +41,14 @@ const FORWARDED: [libc::c_int; 6] = [
     libc::SIGUSR2,
 ];
 
-/// For each signal number below 32: how many deliveries a process sent (rather than the
-/// kernel, for a terminal) since [`Signals::recv`] last returned that signal.
-static SENT_BY_A_PROCESS: [AtomicUsize; 32] = [const { AtomicUsize::new(0) }; 32];
+/// How often distlock looks whether the command's group has emptied after the command
+/// exited.
+const GROUP_POLL: Duration = Duration::from_millis(20);
 
 /// A signal distlock received.
 #[derive(Debug, Clone, Copy)]
 pub struct Received {
     pub number: libc::c_int,
-    /// A process sent it with kill(2) (at least one of the deliveries `recv` folded into
-    /// one), rather than the kernel on a terminal's behalf.
-    pub by_a_process: bool,
 }
 
 /// distlock's handlers of the signals it passes on. Once made, those signals no longer end
@@ -63,21 +62,6 @@ impl Signals {
     pub fn install() -> CliResult<Self> {
         let mut streams = Vec::with_capacity(FORWARDED.len());
         for number in FORWARDED {
-            let index = usize::try_from(number).expect("a signal number is positive");
-            // Installed before tokio's handler of the same signal, so that the count is
-            // made before tokio wakes the task that reads it.
-            // SAFETY: the action only reads the siginfo it is given and does an atomic add,
-            // both async-signal-safe; it allocates nothing and takes no lock.
-            let registered = unsafe {
-                signal_hook_registry::register_sigaction(number, move |info: &libc::siginfo_t| {
-                    if info.si_code != libc::SI_KERNEL {
-                        SENT_BY_A_PROCESS[index].fetch_add(1, Ordering::SeqCst);
-                    }
-                })
-            };
-            registered.map_err(|error| {
-                Failure::failed(format!("cannot handle signal {number}: {error}"))
-            })?;
             let stream =
                 tokio::signal::unix::signal(SignalKind::from_raw(number)).map_err(|error| {
                     Failure::failed(format!("cannot handle signal {number}: {error}"))
@@ -91,25 +75,59 @@ impl Signals {
     pub async fn recv(&mut self) -> Received {
         std::future::poll_fn(|cx| {
             for (number, stream) in &mut self.streams {
-                if let Poll::Ready(Some(())) = stream.poll_recv(cx) {
-                    let index = usize::try_from(*number).expect("a signal number is positive");
-                    let sent = SENT_BY_A_PROCESS[index].swap(0, Ordering::SeqCst);
-                    return Poll::Ready(Received {
-                        number: *number,
-                        by_a_process: sent > 0,
-                    });
+                if let std::task::Poll::Ready(Some(())) = stream.poll_recv(cx) {
+                    return std::task::Poll::Ready(Received { number: *number });
                 }
             }
-            Poll::Pending
+            std::task::Poll::Pending
         })
         .await
     }
 }
 
+/// True when distlock's standard input is a terminal whose foreground process group is
+/// distlock's: the command's group then gets the terminal while it runs.
+fn owns_the_terminal() -> bool {
+    // SAFETY: isatty, tcgetpgrp and getpgrp only read the state of descriptor 0 and of this
+    // process.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// Makes `group` the terminal's foreground process group, from a process or thread that
+/// may be in a background group: SIGTTOU, which the kernel would send it, is blocked for the
+/// call. Async-signal-safe (it runs in the child between fork and exec).
+///
+/// # Safety
+/// Only calls async-signal-safe functions; the caller must own descriptor 0.
+unsafe fn give_terminal_to(group: libc::pid_t) {
+    // SAFETY: sigset operations on a local set; pthread_sigmask and tcsetpgrp on this
+    // thread and descriptor 0.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut previous);
+        libc::tcsetpgrp(0, group);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
+    }
+}
+
+/// The command, started: its process (also its group's id) and whether it was given the
+/// terminal.
+pub struct Started {
+    child: Child,
+    group: Option<libc::pid_t>,
+    terminal: bool,
+}
+
 /// Starts `command` (program and arguments) with `env` added to distlock's environment,
-/// stdin, stdout and stderr inherited. A program that cannot be started is exit 127 (not
-/// found) or 126 (found, not executable), as in a shell.
-pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> CliResult<Child> {
+/// stdin, stdout and stderr inherited, in a process group of its own and with a death
+/// signal (see the module docs). A program that cannot be started is exit 127 (not found) or
+/// 126 (found, not executable), as in a shell.
+///
+/// Call it from the main thread (the death signal follows the thread that starts it).
+pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> CliResult<Started> {
     let Some((program, args)) = command.split_first() else {
         return Err(Failure::usage("give the command to run after --"));
     };
@@ -118,66 +136,203 @@ pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> CliResult<Child> {
     for (key, value) in env {
         child.env(key, value);
     }
-    child.spawn().map_err(|error| Failure::Spawn {
+    let terminal = owns_the_terminal();
+    // SAFETY: getpid only reads this process's id.
+    let parent = unsafe { libc::getpid() };
+    child.process_group(0);
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // async-signal-safe functions (prctl, getppid, getpid, the signal mask, tcsetpgrp); it
+    // allocates only on its error path, after which the child exits without exec.
+    unsafe {
+        child.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // distlock died between the fork and the prctl: the death signal came too early.
+            if libc::getppid() != parent {
+                return Err(io::Error::other(
+                    "distlock exited while the command started",
+                ));
+            }
+            if terminal {
+                give_terminal_to(libc::getpid());
+            }
+            Ok(())
+        });
+    }
+    let child = child.spawn().map_err(|error| Failure::Spawn {
         code: if error.kind() == io::ErrorKind::NotFound {
             exit::NOT_FOUND
         } else {
             exit::CANNOT_EXECUTE
         },
         message: format!("cannot run {}: {error}", program.to_string_lossy()),
+    })?;
+    let group = child.id().and_then(|pid| libc::pid_t::try_from(pid).ok());
+    Ok(Started {
+        child,
+        group,
+        terminal,
     })
+}
+
+/// Why distlock stopped the command.
+#[derive(Debug)]
+pub enum Stop {
+    /// The lock (the leadership) was lost.
+    Lost(distlock::Error),
+    /// `--max-run` ran out.
+    MaxRun(Duration),
 }
 
 /// How the command ended.
 #[derive(Debug)]
 pub enum Ended {
-    /// It exited (or was killed by a signal) while the lock was held.
+    /// It exited (or was killed by a signal) by itself while the lock was held.
     Exited(ExitStatus),
-    /// The lock was lost while it ran: it was sent SIGTERM, and SIGKILL if it was still
-    /// running `grace` later (`killed`).
+    /// distlock stopped it: it was sent SIGTERM, and SIGKILL if it was still running `grace`
+    /// later (`killed`).
     Stopped {
-        loss: distlock::Error,
+        why: Stop,
         status: ExitStatus,
         killed: bool,
     },
 }
 
-/// Waits for the command to exit, passing on the signals a process sends distlock. When
-/// `lost` resolves first, sends the command SIGTERM, and SIGKILL once `grace` has passed, and
-/// waits for it to exit. Returns only once the command has exited and been reaped.
+/// Waits for the command to exit, passing on the signals distlock receives to its group.
+/// When `lost` resolves first, or `max_run` passes, sends the group SIGTERM, and SIGKILL once
+/// `grace` has passed, and waits for the command to exit. Returns only once the command has
+/// exited and been reaped, and the rest of its group has ended (see [`end_group`]).
 pub async fn supervise(
-    mut child: Child,
+    started: Started,
     signals: &mut Signals,
     lost: impl Future<Output = distlock::Error>,
+    max_run: Option<Duration>,
     grace: Duration,
 ) -> CliResult<Ended> {
-    let pid = child.id();
+    let Started {
+        mut child,
+        group,
+        terminal,
+    } = started;
+    let ended = watch(&mut child, group, signals, lost, max_run, grace).await;
+    if terminal {
+        // SAFETY: getpgrp reads this process's group; give_terminal_to is async-signal-safe
+        // and distlock's descriptor 0 is the terminal it gave away.
+        unsafe { give_terminal_to(libc::getpgrp()) };
+    }
+    end_group(group, signals, grace).await;
+    ended
+}
+
+async fn watch(
+    child: &mut Child,
+    group: Option<libc::pid_t>,
+    signals: &mut Signals,
+    lost: impl Future<Output = distlock::Error>,
+    max_run: Option<Duration>,
+    grace: Duration,
+) -> CliResult<Ended> {
     tokio::pin!(lost);
-    let loss = loop {
-        tokio::select! {
-            status = child.wait() => return finish(&mut child, status).map(Ended::Exited),
-            loss = &mut lost => break loss,
-            received = signals.recv() => pass_on(pid, received),
+    let run_out = async {
+        match max_run {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
         }
     };
-    tracing::debug!(?pid, %loss, "the lock was lost: stopping the command");
-    send(pid, libc::SIGTERM);
+    tokio::pin!(run_out);
+    let why = loop {
+        tokio::select! {
+            status = child.wait() => return finish(child, status).map(Ended::Exited),
+            loss = &mut lost => break Stop::Lost(loss),
+            () = &mut run_out => break Stop::MaxRun(max_run.unwrap_or_default()),
+            received = signals.recv() => send(group, received.number),
+        }
+    };
+    tracing::debug!(?group, ?why, "stopping the command");
+    send(group, libc::SIGTERM);
     let deadline = tokio::time::sleep(grace);
     tokio::pin!(deadline);
     let mut killed = false;
     loop {
         tokio::select! {
             status = child.wait() => {
-                let status = finish(&mut child, status)?;
-                return Ok(Ended::Stopped { loss, status, killed });
+                let status = finish(child, status)?;
+                return Ok(Ended::Stopped { why, status, killed });
             }
             () = &mut deadline, if !killed => {
-                send(pid, libc::SIGKILL);
+                send(group, libc::SIGKILL);
                 killed = true;
             }
-            received = signals.recv() => pass_on(pid, received),
+            received = signals.recv() => send(group, received.number),
         }
     }
+}
+
+/// Ends what is left of the command's group once the command has exited (the processes it
+/// left running in the background): SIGTERM, then SIGKILL after `grace`. Nothing the command
+/// started runs on after distlock gives the lock back.
+async fn end_group(group: Option<libc::pid_t>, signals: &mut Signals, grace: Duration) {
+    let Some(group) = group else { return };
+    let alive = || group_runs(group);
+    if !alive() {
+        return;
+    }
+    tracing::debug!(
+        group,
+        "the command left processes in its group: ending them"
+    );
+    send(Some(group), libc::SIGTERM);
+    let deadline = tokio::time::Instant::now() + grace;
+    while alive() && tokio::time::Instant::now() < deadline {
+        tokio::select! {
+            () = tokio::time::sleep(GROUP_POLL) => {}
+            received = signals.recv() => send(Some(group), received.number),
+        }
+    }
+    if alive() {
+        send(Some(group), libc::SIGKILL);
+    }
+}
+
+/// True while a process of `group` runs. A zombie does not count: a member whose parent
+/// died is re-parented to PID 1, which on some machines never reaps it. Read from `/proc`;
+/// without it, whether the group has any member at all.
+fn group_runs(group: libc::pid_t) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        // SAFETY: signal 0 to our command's group only checks that it has members.
+        return unsafe { libc::kill(-group, 0) == 0 };
+    };
+    entries.flatten().any(|entry| {
+        let is_pid = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()));
+        if !is_pid {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // `PID (COMM) STATE PPID PGRP ...`: the fields after the command's last parenthesis.
+        let mut fields = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace())
+            .into_iter()
+            .flatten();
+        let state = fields.next();
+        let pgrp = fields
+            .nth(1)
+            .and_then(|pgrp| pgrp.parse::<libc::pid_t>().ok());
+        pgrp == Some(group) && !matches!(state, Some("Z" | "X"))
+    })
 }
 
 /// The command's exit status; when waiting for it failed, it is killed and waited for again
@@ -194,30 +349,15 @@ fn finish(child: &mut Child, status: io::Result<ExitStatus>) -> CliResult<ExitSt
     }
 }
 
-/// Passes a signal on to the command, unless the kernel sent it: then it went to the
-/// command's process group, and the command has it already.
-fn pass_on(pid: Option<u32>, received: Received) {
-    if received.by_a_process {
-        tracing::debug!(?pid, signal = received.number, "passing a signal on");
-        send(pid, received.number);
-    } else {
-        tracing::debug!(
-            ?pid,
-            signal = received.number,
-            "the terminal sent the signal to the command too"
-        );
-    }
-}
-
-/// Sends `signal` to the command, which has not been reaped yet (so its id is still its own).
-fn send(pid: Option<u32>, signal: libc::c_int) {
-    let Some(pid) = pid.and_then(|pid| libc::pid_t::try_from(pid).ok()) else {
-        return;
-    };
-    // SAFETY: kill(2) on the process id of our own child, which has not been reaped.
-    let result = unsafe { libc::kill(pid, signal) };
+/// Sends `signal` to the command's process group. The group's id is the command's process
+/// id, which cannot be reused while the group has a member; once it has none, the call fails
+/// harmlessly.
+fn send(group: Option<libc::pid_t>, signal: libc::c_int) {
+    let Some(group) = group else { return };
+    // SAFETY: kill(2) on the process group distlock made for its command.
+    let result = unsafe { libc::kill(-group, signal) };
     if result != 0 {
-        tracing::debug!(pid, signal, error = %io::Error::last_os_error(), "kill failed");
+        tracing::debug!(group, signal, error = %io::Error::last_os_error(), "kill failed");
     }
 }
 

@@ -44,11 +44,15 @@ pub enum Command {
     /// case: `distlock run --backend URL --skip-if-held nightly -- /usr/local/bin/report`.
     ///
     /// The command gets DISTLOCK_FENCING_TOKEN, DISTLOCK_LOCK_NAME (and DISTLOCK_PERMITS) in
-    /// its environment, and inherits stdin, stdout and stderr. The HUP, INT, QUIT, TERM, USR1
-    /// and USR2 that another process sends distlock are passed on to it (a terminal's Ctrl-C
-    /// reaches it directly), and the lock is kept until it exits. If the lock is lost while it runs, it is sent SIGTERM at once and SIGKILL after
-    /// --grace, and distlock exits 76. The lock is given back when the command exits.
-    #[command(after_long_help = exit::COMMAND_HELP)]
+    /// its environment, inherits stdin, stdout and stderr, and runs in a process group of its
+    /// own (given the terminal when distlock has it). The HUP, INT, QUIT, TERM, USR1 and USR2
+    /// distlock is sent are passed on to that group, and the lock is kept until the command
+    /// exits; what it left running in its group is then ended. If the lock is lost while it
+    /// runs, the group is sent SIGTERM at once and SIGKILL after --grace, and distlock exits
+    /// 76. If distlock itself is killed, the kernel kills the command (PR_SET_PDEATHSIG).
+    /// A signal while connecting or waiting ends distlock at once (128+N), leaving no queue
+    /// entry behind. docs/run.md says what holds after each kind of death.
+    #[command(after_long_help = exit::RUN_HELP)]
     Run(run::RunArgs),
     /// Campaigns for an election's leadership and runs a command while leader.
     ///
@@ -58,7 +62,7 @@ pub enum Command {
     /// --grace, and distlock exits 76; when the command exits, distlock resigns and exits with
     /// its code. It does not stand again afterwards: run it under a supervisor that restarts
     /// it (systemd `Restart=always`) to campaign again.
-    #[command(after_long_help = exit::COMMAND_HELP)]
+    #[command(after_long_help = exit::ELECT_HELP)]
     Elect(run::ElectArgs),
     /// Checks whether a deployment keeps distlock's promises: worker processes take one lock
     /// over and over and do fenced writes under it while the checker pauses and kills them

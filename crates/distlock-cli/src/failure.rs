@@ -20,6 +20,9 @@ pub mod exit {
     /// was stopped), or found gone when it was given back: the command's work may not have
     /// been protected to its end.
     pub const LOST: u8 = 76;
+    /// `run`, `elect`: `--max-run` ran out and the command was stopped (the code of
+    /// `timeout(1)`).
+    pub const MAX_RUN: u8 = 124;
     /// `run`, `elect`: the command was found but could not be executed (the shell's code).
     pub const CANNOT_EXECUTE: u8 = 126;
     /// `run`, `elect`: the command was not found (the shell's code).
@@ -36,17 +39,33 @@ pub mod exit {
             .unwrap_or(u8::MAX)
     }
 
-    /// The exit codes of `run` and `elect`, for their `--help`.
-    pub const COMMAND_HELP: &str = "\
+    /// The exit codes of `run`, for its `--help`.
+    pub const RUN_HELP: &str = "\
 Exit codes:
   N      the command exited by itself with code N
-  128+N  the command was killed by signal N (137: SIGKILL, 143: SIGTERM)
-  0      run --skip-if-held: the lock was held, nothing was run
+  128+N  the command was killed by signal N (137: SIGKILL, 143: SIGTERM), or distlock was
+         sent signal N before the command started: nothing was run
+  0      --skip-if-held: the lock was held, nothing was run
   1      a backend error before the command started: nothing was run
   2      bad input: URL, lock name, duration, no command after --
-  75     run: the lock was still held by another when --wait ran out
-  76     lost: the lock (the leadership) was lost while the command ran, and the command
-         was stopped (SIGTERM, then SIGKILL after --grace); or found gone when given back
+  75     the lock was still held by another when --wait ran out (-E N: N instead)
+  76     lost: the lock was lost while the command ran, and the command was stopped
+         (SIGTERM, then SIGKILL after --grace); or found gone when given back
+  124    --max-run ran out and the command was stopped
+  126    the command was found but cannot be executed
+  127    the command was not found";
+
+    /// The exit codes of `elect`, for its `--help`.
+    pub const ELECT_HELP: &str = "\
+Exit codes:
+  N      the command exited by itself with code N
+  128+N  the command was killed by signal N (137: SIGKILL, 143: SIGTERM), or distlock was
+         sent signal N while it campaigned: nothing was run
+  1      a backend error before the command started: nothing was run
+  2      bad input: URL, election name, duration, value, no command after --
+  76     lost: the leadership was lost while the command ran, and the command was stopped
+         (SIGTERM, then SIGKILL after --grace); or found gone when resigning
+  124    --max-run ran out and the command was stopped
   126    the command was found but cannot be executed
   127    the command was not found";
 }
@@ -63,6 +82,8 @@ pub enum Failure {
     Busy(String),
     /// The lock was lost while it protected work ([`exit::LOST`]).
     Lost(String),
+    /// `--max-run` ran out and the command was stopped ([`exit::MAX_RUN`]).
+    MaxRun(String),
     /// The command to run could not be started ([`exit::NOT_FOUND`] or
     /// [`exit::CANNOT_EXECUTE`]).
     Spawn { code: u8, message: String },
@@ -78,6 +99,7 @@ impl Failure {
             Failure::Failed(_) => exit::FAILED,
             Failure::Busy(_) => exit::BUSY,
             Failure::Lost(_) => exit::LOST,
+            Failure::MaxRun(_) => exit::MAX_RUN,
             Failure::Spawn { code, .. } | Failure::Exit(code) => *code,
         }
     }
@@ -89,6 +111,7 @@ impl Failure {
             Failure::Spawn { message, .. } => Some(format!("error: {message}")),
             Failure::Busy(message) => Some(format!("busy: {message}")),
             Failure::Lost(message) => Some(format!("lost: {message}")),
+            Failure::MaxRun(message) => Some(format!("stopped: {message}")),
             Failure::Exit(_) => None,
         }
     }
@@ -109,6 +132,7 @@ impl fmt::Display for Failure {
             | Failure::Failed(message)
             | Failure::Busy(message)
             | Failure::Lost(message)
+            | Failure::MaxRun(message)
             | Failure::Spawn { message, .. } => f.write_str(message),
             Failure::Exit(code) => write!(f, "exit code {code}"),
         }
@@ -137,7 +161,7 @@ pub type CliResult<T = ()> = Result<T, Failure>;
 mod tests {
     use super::exit;
 
-    /// Every code `run` and `elect` can exit with is in their help.
+    /// Every code `run` and `elect` can exit with is in their help, and only those.
     #[test]
     fn the_help_names_every_code() {
         for code in [
@@ -145,13 +169,19 @@ mod tests {
             exit::USAGE,
             exit::BUSY,
             exit::LOST,
+            exit::MAX_RUN,
             exit::CANNOT_EXECUTE,
             exit::NOT_FOUND,
             exit::SIGNALED,
         ] {
             assert!(
-                exit::COMMAND_HELP.contains(&format!("\n  {code}")),
+                exit::RUN_HELP.contains(&format!("\n  {code}")),
                 "{code} missing"
+            );
+            assert_eq!(
+                exit::ELECT_HELP.contains(&format!("\n  {code}")),
+                code != exit::BUSY,
+                "{code}"
             );
         }
         assert_eq!(exit::signaled(9), 137);

@@ -8,47 +8,67 @@
 //! * The command gets `DISTLOCK_FENCING_TOKEN` (for `elect`: the term) and
 //!   `DISTLOCK_LOCK_NAME`, with `--permits` `DISTLOCK_PERMITS`, with `elect`
 //!   `DISTLOCK_LEADER_VALUE`; it inherits stdin, stdout and stderr.
-//! * The signals distlock is sent are passed on to it (see [`crate::child`]), and the lock is
-//!   held until it exits, then given back.
-//! * When the lock is lost while it runs, it is sent SIGTERM at once and SIGKILL after
-//!   `--grace`, and distlock exits 76.
+//! * It runs in a process group of its own, dies with distlock (`PR_SET_PDEATHSIG`), and the
+//!   signals distlock is sent are passed on to its group (see [`crate::child`]); the lock is
+//!   held until it exits, then what it left in its group is ended and the lock given back.
+//! * When the lock is lost while it runs, or `--max-run` ends, its group is sent SIGTERM at
+//!   once and SIGKILL after `--grace`, and distlock exits 76 (124).
+//! * A signal while connecting, waiting or in `--once-per`'s lower-bound wait ends distlock
+//!   at once with 128 + N; a wait it drops leaves no queue entry behind, as distlock waits
+//!   (briefly) for that clean-up before it exits.
 //!
 //! Exit codes ([`crate::failure::exit`]): the command's own code; 128 + N when a signal N
-//! killed it; 0 when `--skip-if-held` found the lock held; 1 a backend error; 2 bad input;
-//! 75 busy (held by another when `--wait` ran out); 76 lost (while the command ran, or found
-//! gone when given back); 126 the command cannot be executed; 127 the command was not found.
+//! killed it (or ended distlock before the command ran); 0 when `--skip-if-held` found the
+//! lock held; 1 a backend error; 2 bad input; 75 busy (held by another when `--wait` ran
+//! out, or `-E N`); 76 lost (while the command ran, or found gone when given back); 124
+//! `--max-run` ran out; 126 the command cannot be executed; 127 the command was not found.
 
 use crate::exporter::MetricsArgs;
 use distlock::Schedule;
 use std::ffi::OsString;
+use std::future::Future;
 use std::time::Duration;
 
 use clap::Args;
 use distlock::{AcquireOptions, ConnectOptions, Locks};
 
-use crate::child::{self, Ended, Signals};
+use crate::child::{self, Ended, Signals, Stop};
 use crate::failure::{CliResult, Failure, exit};
 
 /// How long giving the lock back may take before distlock leaves it to its lease.
 const GIVE_BACK_LIMIT: Duration = Duration::from_secs(10);
 
+/// How long distlock waits, before it exits, for the work it left to the background (a
+/// dropped wait's queue entry, a dropped request's undoing): a round trip, normally.
+const CLEAN_UP_LIMIT: Duration = Duration::from_secs(5);
+
+/// The same after a signal, which must end distlock at once.
+const CLEAN_UP_LIMIT_SIGNALED: Duration = Duration::from_millis(500);
+
+/// The lease when `--lease` is not given.
+const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
 /// `distlock run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The backend URL, e.g. sqlite:///var/lib/app/locks.db.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_BACKEND", hide_env_values = true)]
     pub backend: String,
     /// The lock name.
     pub name: String,
     /// Give up when the lock is still held by another after this long (500ms, 10s, 5m,
     /// 1h; 0s tries once), with exit 75. Default: wait without a limit (with
     /// --skip-if-held: try once).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(short = 'w', long, value_name = "DURATION", value_parser = parse_duration)]
     pub wait: Option<Duration>,
     /// When the lock is held by another (after --wait), exit 0 without running the command
     /// and without a word: for cron jobs that must not pile up.
-    #[arg(long)]
+    #[arg(short = 'n', long)]
     pub skip_if_held: bool,
+    /// The exit code when the lock is held by another after --wait (flock's -E), instead of
+    /// 75 (with --skip-if-held: instead of 0).
+    #[arg(short = 'E', long, value_name = "N")]
+    pub conflict_exit_code: Option<u8>,
     /// Take a permit of a semaphore of N permits instead of the lock: N commands at once.
     /// Every user of NAME must give the same N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(distlock::MAX_PERMITS)))]
@@ -72,11 +92,11 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct ElectArgs {
     /// The backend URL, e.g. sqlite:///var/lib/app/locks.db.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_BACKEND", hide_env_values = true)]
     pub backend: String,
     /// The election's name.
     pub name: String,
-    /// What this candidate publishes as leader (who to reach, at most 1 KiB). Default:
+    /// What this candidate publishes as leader (who to reach, at most 4 KiB). Default:
     /// HOSTNAME:PID.
     #[arg(long)]
     pub value: Option<String>,
@@ -90,14 +110,20 @@ pub struct ElectArgs {
 /// What `run` and `elect` share: how the lock is held and how the command is stopped.
 #[derive(Debug, Args)]
 pub struct HeldArgs {
-    /// When the lock is lost while the command runs, it is sent SIGTERM at once, and SIGKILL
-    /// if it is still running this long after.
+    /// When the lock is lost (or --max-run ends) while the command runs, its process group
+    /// is sent SIGTERM at once, and SIGKILL if still running this long after.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
-    /// The lock's lease, renewed every third of it while the command runs. If distlock is
-    /// killed with SIGKILL, the lock frees this long after at most (the command runs on).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub lease: Duration,
+    /// How long after a crash of distlock (SIGKILL, a lost host) the lock frees, on every
+    /// backend: the lease, renewed every third of it while the command runs (on ZooKeeper
+    /// and etcd, the session timeout or lease TTL of this client; rounded up to whole
+    /// seconds on etcd). Default: 30s, or the URL's session_timeout= / lease_ttl=.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub lease: Option<Duration>,
+    /// Stop the command after this long, as on a loss (SIGTERM, then SIGKILL after --grace),
+    /// and exit 124: a hung job does not keep the lock forever (ShedLock's lock-at-most).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_run: Option<Duration>,
     #[command(flatten)]
     pub metrics: MetricsArgs,
 }
@@ -105,8 +131,14 @@ pub struct HeldArgs {
 /// `distlock run`: see the module docs.
 pub async fn run(args: RunArgs) -> CliResult {
     let mut signals = Signals::install()?;
+    let locks = connect(&args.backend, &args.held, &mut signals).await?;
+    let outcome = run_locked(&args, &locks, &mut signals).await;
+    clean_up(&locks, &outcome, &mut signals).await;
+    outcome
+}
+
+async fn run_locked(args: &RunArgs, locks: &Locks, signals: &mut Signals) -> CliResult {
     let _exporter = crate::exporter::serve(&args.held.metrics).await?;
-    let locks = connect(&args.backend, &args.held).await?;
     let schedule = args.once_per.map(Schedule::at_most_once_per);
     // A scheduled run tries once and, held, is skipped quietly (another host ran it).
     let skip_if_held = args.skip_if_held || schedule.is_some();
@@ -123,11 +155,9 @@ pub async fn run(args: RunArgs) -> CliResult {
             Some(permits) => locks.semaphore(name, permits)?.acquire_with(options).await,
         }
     };
-    let acquired = tokio::select! {
-        acquired = acquire => acquired,
-        // Dropping the acquisition leaves nothing behind (it is cancel safe).
-        received = signals.recv() => return Err(Failure::Exit(exit::signaled(received.number))),
-    };
+    // Dropping the acquisition on a signal leaves nothing behind (it is cancel safe, and
+    // `run` waits for its clean-up before it exits).
+    let acquired = until_signal(signals, acquire).await?;
     let guard = match acquired {
         Ok(guard) => guard,
         Err(error) if error.is_timeout() => {
@@ -139,11 +169,21 @@ pub async fn run(args: RunArgs) -> CliResult {
                 None => format!("lock {name:?} is held by another"),
                 Some(permits) => format!("all {permits} permits of {name:?} are held by others"),
             };
-            if skip_if_held {
-                tracing::info!("skipped: {held} ({waited})");
-                return Ok(());
-            }
-            return Err(Failure::Busy(format!("{held} ({waited})")));
+            return match (args.conflict_exit_code, skip_if_held) {
+                (Some(code), _) => {
+                    tracing::info!("{held} ({waited}): exit {code}");
+                    if code == exit::SUCCESS {
+                        Ok(())
+                    } else {
+                        Err(Failure::Exit(code))
+                    }
+                }
+                (None, true) => {
+                    tracing::info!("skipped: {held} ({waited})");
+                    Ok(())
+                }
+                (None, false) => Err(Failure::Busy(format!("{held} ({waited})"))),
+            };
         }
         Err(error) => return Err(error.into()),
     };
@@ -162,27 +202,40 @@ pub async fn run(args: RunArgs) -> CliResult {
         env.push(("DISTLOCK_PERMITS", permits.to_string()));
     }
     let ended = match child::spawn(&args.command, &env) {
-        Ok(command) => child::supervise(command, &mut signals, guard.lost(), args.held.grace).await,
+        Ok(command) => {
+            child::supervise(
+                command,
+                signals,
+                guard.lost(),
+                args.held.max_run,
+                args.held.grace,
+            )
+            .await
+        }
         Err(failure) => Err(failure),
     };
     if let Some(schedule) = schedule {
         // Held until the lower bound, from the grant: hosts whose cron fires a little later
         // find it held and skip. (This process keeps the hold, as the backends that keep
-        // leases in the client need.)
+        // leases in the client need.) A signal ends the wait: the fixed lease still runs
+        // out on the server by itself.
         let left = schedule
             .hold_at_least_for()
             .saturating_sub(granted.elapsed());
-        tokio::select! {
-            () = tokio::time::sleep(left) => {}
-            _ = guard.lost() => {}
-        }
+        let signaled = tokio::select! {
+            () = tokio::time::sleep(left) => None,
+            _ = guard.lost() => None,
+            received = signals.recv() => Some(received),
+        };
         // The fixed lease (the upper bound) ran out after the command ended: that is the
         // hold ending as scheduled, not a loss of the command's protection.
-        if matches!(ended, Ok(child::Ended::Exited(_)))
-            && guard.loss_reason() == Some(distlock::LossReason::LeaseRanOut)
-        {
+        let ran_out = guard.loss_reason() == Some(distlock::LossReason::LeaseRanOut);
+        if matches!(ended, Ok(child::Ended::Exited(_))) && (ran_out || signaled.is_some()) {
             // Not released (a release would free the server's lease early): it runs out.
             std::mem::forget(guard);
+            if let Some(received) = signaled {
+                return Err(Failure::Exit(exit::signaled(received.number)));
+            }
             return conclude(
                 &format!("lock {name:?}"),
                 ended,
@@ -203,8 +256,14 @@ pub async fn run(args: RunArgs) -> CliResult {
 /// `distlock elect`: see the module docs.
 pub async fn elect(args: ElectArgs) -> CliResult {
     let mut signals = Signals::install()?;
+    let locks = connect(&args.backend, &args.held, &mut signals).await?;
+    let outcome = elect_leading(&args, &locks, &mut signals).await;
+    clean_up(&locks, &outcome, &mut signals).await;
+    outcome
+}
+
+async fn elect_leading(args: &ElectArgs, locks: &Locks, signals: &mut Signals) -> CliResult {
     let _exporter = crate::exporter::serve(&args.held.metrics).await?;
-    let locks = connect(&args.backend, &args.held).await?;
     let election = locks.election(args.name.as_str())?;
     let value = args.value.clone().unwrap_or_else(default_value);
     tracing::info!(
@@ -213,10 +272,7 @@ pub async fn elect(args: ElectArgs) -> CliResult {
         %value,
         "campaigning"
     );
-    let leadership = tokio::select! {
-        elected = election.campaign(value.as_str()) => elected?,
-        received = signals.recv() => return Err(Failure::Exit(exit::signaled(received.number))),
-    };
+    let leadership = until_signal(signals, election.campaign(value.as_str())).await??;
     tracing::info!(term = leadership.term(), "elected; starting the command");
     let env = [
         ("DISTLOCK_FENCING_TOKEN", leadership.term().to_string()),
@@ -225,7 +281,14 @@ pub async fn elect(args: ElectArgs) -> CliResult {
     ];
     let ended = match child::spawn(&args.command, &env) {
         Ok(command) => {
-            child::supervise(command, &mut signals, leadership.lost(), args.held.grace).await
+            child::supervise(
+                command,
+                signals,
+                leadership.lost(),
+                args.held.max_run,
+                args.held.grace,
+            )
+            .await
         }
         Err(failure) => Err(failure),
     };
@@ -238,8 +301,79 @@ pub async fn elect(args: ElectArgs) -> CliResult {
     )
 }
 
-async fn connect(url: &str, held: &HeldArgs) -> CliResult<Locks> {
-    Ok(distlock::connect_with(url, ConnectOptions::new().lease(held.lease)).await?)
+/// `work`'s output, or exit 128+N when signal N comes first (`work` is dropped).
+async fn until_signal<T>(signals: &mut Signals, work: impl Future<Output = T>) -> CliResult<T> {
+    tokio::select! {
+        done = work => Ok(done),
+        received = signals.recv() => Err(Failure::Exit(exit::signaled(received.number))),
+    }
+}
+
+/// Connects for `run` and `elect`, ended by a signal: the URL's checks, `--lease` as the
+/// backend takes it, and a refusal of a backend that shares nothing between processes.
+async fn connect(url: &str, held: &HeldArgs, signals: &mut Signals) -> CliResult<Locks> {
+    let url = lease_url(url, held.lease)?;
+    let lease = held.lease.unwrap_or(DEFAULT_LEASE);
+    until_signal(
+        signals,
+        distlock::connect_with(&url, ConnectOptions::new().lease(lease)),
+    )
+    .await?
+    .map_err(Failure::from)
+}
+
+/// `url` checked for `run`, `elect` and `check`, and where the backend's session decides
+/// when a crashed holder's locks free (the scheme's `session_lease`), with `lease` (or the
+/// default) as that option: `--lease` means the same on every backend.
+pub fn lease_url(url: &str, lease: Option<Duration>) -> CliResult<String> {
+    let scheme = distlock::scheme::validate(url).map_err(Failure::usage)?;
+    if scheme.process_local {
+        return Err(Failure::usage(format!(
+            "{}:// keeps its locks in one process, and this command coordinates processes: \
+             give a shared backend, e.g. {}",
+            scheme.name,
+            distlock::scheme::SCHEMES
+                .iter()
+                .find(|other| !other.process_local && other.is_available())
+                .map_or("sqlite:///var/lib/app/locks.db", |other| other.example)
+        )));
+    }
+    let Some(key) = scheme.session_lease else {
+        return Ok(url.to_owned());
+    };
+    let query = url.split_once('?').map_or("", |(_, query)| query);
+    let in_url = query
+        .split('&')
+        .any(|pair| pair.split_once('=').map_or(pair, |(k, _)| k) == key);
+    match (in_url, lease) {
+        (true, Some(_)) => Err(Failure::usage(format!(
+            "give the lease once: --lease, or {key}= in the URL (on {}://, they are the same \
+             setting)",
+            scheme.name
+        ))),
+        (true, None) => Ok(url.to_owned()),
+        (false, lease) => {
+            let ms = lease.unwrap_or(DEFAULT_LEASE).as_millis();
+            let separator = if url.contains('?') { '&' } else { '?' };
+            Ok(format!("{url}{separator}{key}={ms}ms"))
+        }
+    }
+}
+
+/// Before distlock exits: waits for what it left to the background (a wait it dropped on a
+/// signal leaves its queue entry to a clean-up), briefly after a signal; a second signal
+/// ends the wait.
+async fn clean_up(locks: &Locks, outcome: &CliResult, signals: &mut Signals) {
+    let signaled = matches!(outcome, Err(Failure::Exit(code)) if *code > exit::SIGNALED);
+    let limit = if signaled {
+        CLEAN_UP_LIMIT_SIGNALED
+    } else {
+        CLEAN_UP_LIMIT
+    };
+    tokio::select! {
+        _ = locks.wait_for_cleanups(limit) => {}
+        _ = signals.recv() => {}
+    }
 }
 
 /// distlock's outcome once the command has ended (or could not start) and the lock was given
@@ -253,7 +387,7 @@ fn conclude(
     let status = match ended {
         Ok(Ended::Exited(status)) => status,
         Ok(Ended::Stopped {
-            loss,
+            why,
             status,
             killed,
         }) => {
@@ -262,10 +396,17 @@ fn conclude(
             } else {
                 "SIGTERM and".to_owned()
             };
-            return Err(Failure::Lost(format!(
-                "{loss}; the command was sent {how} {}",
-                child::describe(status)
-            )));
+            return Err(match why {
+                Stop::Lost(loss) => Failure::Lost(format!(
+                    "{loss}; the command was sent {how} {}",
+                    child::describe(status)
+                )),
+                Stop::MaxRun(limit) => Failure::MaxRun(format!(
+                    "the command ran for --max-run {}; it was sent {how} {}",
+                    human(limit),
+                    child::describe(status)
+                )),
+            });
         }
         // It could not start, or waiting for it failed: say so, whatever the release said.
         Err(failure) => {

@@ -35,7 +35,7 @@ impl Running {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -82,7 +82,7 @@ impl Drop for Running {
 }
 
 /// The process id a command wrote to `file`, once it has (at most `LIMIT`).
-fn pid_in(file: &Path) -> u32 {
+pub(crate) fn pid_in(file: &Path) -> u32 {
     let start = Instant::now();
     loop {
         if let Ok(text) = std::fs::read_to_string(file)
@@ -95,14 +95,17 @@ fn pid_in(file: &Path) -> u32 {
     }
 }
 
-/// Whether process `pid` exists (`kill -0`).
-fn alive(pid: u32) -> bool {
-    Command::new("kill")
-        .args(["-0", &pid.to_string()])
-        .stderr(Stdio::null())
-        .status()
-        .unwrap()
-        .success()
+/// Whether process `pid` runs: it exists and is not a zombie (a killed process whose parent
+/// died is re-parented to PID 1, which on some machines never reaps it).
+pub(crate) fn alive(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `PID (COMM) STATE ...`: the state follows the last parenthesis.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    !matches!(state, Some("Z" | "X") | None)
 }
 
 /// Whether `distlock status` calls the lock free.
