@@ -211,6 +211,13 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
     }
     // A malformed URL is bad input (exit 2), found before anything starts.
     let scheme = distlock::scheme::validate(&args.backend).map_err(Failure::usage)?;
+    if scheme.process_local {
+        return Err(Failure::usage(format!(
+            "{}:// keeps its locks in each worker process: the check needs a backend its \
+             worker processes share",
+            scheme.name
+        )));
+    }
     let proxied = args.faults.iter().any(|fault| fault.is_network());
     if proxied {
         Proxies::check_url(&args.backend)?;
@@ -388,7 +395,16 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
     }
     let register = store.quantity(REGISTER).await?;
     let verdict = history::check(&events, &faults, register, limit.is_some());
-    let mut counts = std::collections::BTreeMap::new();
+    // A fault asked for and never made is reported as 0, not left out.
+    let mut counts: std::collections::BTreeMap<&'static str, u64> = args
+        .faults
+        .iter()
+        .filter_map(|fault| {
+            let name = crate::cli::value_name(fault);
+            Fault::KINDS.iter().copied().find(|kind| *kind == name)
+        })
+        .map(|kind| (kind, 0))
+        .collect();
     for fault in &faults {
         *counts.entry(fault.kind()).or_insert(0) += 1;
     }

@@ -378,7 +378,9 @@ pub struct CheckArgs {
 /// A fault `distlock check` injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum CheckFault {
-    // No fault: the check only records and judges (faults made outside it).
+    // No fault: the check only records and judges (faults made outside it). `--faults ''`
+    // says the same.
+    #[value(alias = "")]
     None,
     Pause,
     Kill,

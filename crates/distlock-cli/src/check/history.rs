@@ -110,6 +110,9 @@ impl Fault {
     }
 
     /// The fault's name in reports.
+    /// Every [`kind`](Self::kind), named as `--faults` names them.
+    pub const KINDS: [&'static str; 5] = ["pause", "kill", "cut", "lose-reply", "partition"];
+
     pub fn kind(&self) -> &'static str {
         match self {
             Fault::Pause { .. } => "pause",

@@ -99,16 +99,41 @@ impl RedisBackend {
     }
 }
 
+/// The driver's reading of a standalone server's URL, or an error that says which part is
+/// wrong (the driver's own says only `InvalidClientConfig`).
+pub(super) fn standalone_info(url: &str) -> Result<redis::ConnectionInfo> {
+    redis::IntoConnectionInfo::into_connection_info(url).map_err(|_| {
+        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let authority = rest.split(['/', '?']).next().unwrap_or_default();
+        let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+        let port = host_port
+            .rsplit_once(':')
+            .filter(|(host, _)| !host.ends_with(']') || host.starts_with('['))
+            .map(|(_, port)| port);
+        let path = rest.split('?').next().unwrap_or_default();
+        let db = path.split_once('/').map(|(_, db)| db).unwrap_or_default();
+        let reason = match port {
+            Some(port) if port.parse::<u16>().map_or(true, |port| port == 0) => {
+                format!("port {port:?} is not a number from 1 to 65535")
+            }
+            _ if host_port.is_empty() || host_port.starts_with(':') => {
+                "it names no host".to_owned()
+            }
+            _ if !db.is_empty() && db.parse::<u32>().is_err() => {
+                format!("database {db:?} is not a number")
+            }
+            _ => "the Redis driver cannot read it".to_owned(),
+        };
+        Error::invalid(
+            "URL",
+            format!("{reason}; write redis://[user:password@]host[:port][/db]"),
+        )
+    })
+}
+
 /// A standalone server, over TLS when the URL gave a CA.
 async fn standalone(url: &str, options: &Options) -> Result<(Commands, Source)> {
-    let info = redis::IntoConnectionInfo::into_connection_info(url)
-        .map_err(|e| {
-            Error::invalid(
-                "URL",
-                format!("{e}; write redis://[user:password@]host[:port][/db]"),
-            )
-        })?
-        .set_tcp_settings(deployment::tcp_settings());
+    let info = standalone_info(url)?.set_tcp_settings(deployment::tcp_settings());
     let client = match &options.ca {
         None => redis::Client::open(info),
         Some(path) => {

@@ -132,7 +132,11 @@ fn host_list(hosts: &str, what: &str) -> Result<Vec<String>> {
 /// Parses a distlock Redis URL.
 /// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
 pub(crate) fn check_url(url: &str) -> Result<()> {
-    parse(url).map(|_| ())
+    let target = parse(url)?;
+    if let Deployment::Standalone(url) = &target.deployment {
+        super::connect::standalone_info(url)?;
+    }
+    Ok(())
 }
 
 pub(super) fn parse(url: &str) -> Result<Target> {

@@ -72,7 +72,15 @@ impl<'a> Query<'a> {
             } else if scheme.is_driver_key(key) {
                 driver.push(pair);
             } else {
-                let known = scheme.known_keys();
+                // A prefix key is shown as it is written: `options[NAME]`.
+                let known: Vec<String> = scheme
+                    .known_keys()
+                    .into_iter()
+                    .map(|key| match key.strip_suffix('[') {
+                        Some(prefix) => format!("{prefix}[NAME]"),
+                        None => key.to_owned(),
+                    })
+                    .collect();
                 return Err(Error::invalid(
                     "URL",
                     if known.is_empty() {
