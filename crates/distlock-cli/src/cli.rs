@@ -30,8 +30,13 @@ pub enum Command {
     /// Measures a backend: round-trip time, uncontended acquire+release, and contention
     /// between worker processes, each against its same-run limit.
     Bench(BenchArgs),
-    /// Tells whether a lock is held.
+    /// Tells what a name is used as now and by whom: a mutex and its holder, a semaphore's
+    /// permits and their holders, a reader-writer lock's writer and readers, an election's
+    /// leader, or free.
     Status(StatusArgs),
+    /// Prints who leads an election (its published value, term and holder), with --watch
+    /// each change.
+    Leader(LeaderArgs),
     /// Lists the locks held, under a name prefix: each with its holder, fencing token, lease
     /// left and waiters where the backend tells.
     List(ListArgs),
@@ -438,7 +443,21 @@ pub struct CheckWorkerArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub lock: LockArgs,
-    /// Print one JSON object instead of `locked` or `free`.
+    /// Print one JSON object instead of a line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `distlock leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    #[command(flatten)]
+    pub lock: LockArgs,
+    /// Print the leader now and then each change (a new term, or nobody), until SIGINT or
+    /// SIGTERM.
+    #[arg(long)]
+    pub watch: bool,
+    /// Print one JSON object per line instead of a line of words.
     #[arg(long)]
     pub json: bool,
 }
@@ -447,7 +466,7 @@ pub struct StatusArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// The backend URL, e.g. redis://127.0.0.1:6379/.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_BACKEND", hide_env_values = true)]
     pub backend: String,
     /// List only names that start with this (default: every name).
     #[arg(default_value = "")]
@@ -463,7 +482,7 @@ pub struct ListArgs {
 #[derive(Debug, Args)]
 pub struct LockArgs {
     /// The backend URL, e.g. sqlite:///var/lib/app/locks.db.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_BACKEND", hide_env_values = true)]
     pub backend: String,
     /// The lock name.
     pub name: String,
@@ -516,6 +535,7 @@ pub async fn run(cli: Cli) -> CliResult {
         },
         Command::Bench(args) => bench::run(args).await,
         Command::Status(args) => operator::status(args).await,
+        Command::Leader(args) => operator::leader(args).await,
         Command::List(args) => operator::list(args).await,
         Command::ForceUnlock(args) => operator::force_unlock(args).await,
         Command::Run(args) => run::run(args).await,

@@ -5,59 +5,241 @@ use std::time::Duration;
 use distlock::{AcquireOptions, ConnectOptions};
 use serde::Serialize;
 
-use crate::cli::{HoldArgs, HoldKind, ListArgs, LockArgs, StatusArgs};
+use distlock::Described;
+use futures_util::StreamExt;
+
+use crate::cli::{HoldArgs, HoldKind, LeaderArgs, ListArgs, LockArgs, StatusArgs};
 use crate::failure::{CliResult, Failure};
 use crate::json;
 
 /// What `status --json` answers; a field the backend cannot tell is null.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 struct Status<'a> {
     lock: &'a str,
     /// The backend's URL scheme, e.g. `redis`.
     backend: &'a str,
+    /// What the name is used as now: `free`, `mutex`, `semaphore`, `rwlock` or `election`.
+    kind: &'static str,
     locked: bool,
     holder: Option<String>,
     holds: Option<u32>,
     fencing_token: Option<u64>,
     remaining_lease_ms: Option<u64>,
     waiters: Option<u64>,
+    /// A semaphore's registered count.
+    permits: Option<u32>,
+    /// A semaphore's permit holders, or a reader-writer lock's readers.
+    holders: Option<Vec<Holder>>,
+    /// A reader-writer lock's writer.
+    writer: Option<Holder>,
+    /// An election's leader.
+    leader: Option<LeaderStatus>,
 }
 
-/// Prints whether the lock is held (`locked` or `free`) and what the backend can tell about
-/// it (holder, holds, fencing token, lease left, waiters), or one JSON object.
+/// One holder of a permit, a read or a write.
+#[derive(Debug, Serialize)]
+struct Holder {
+    holder: Option<String>,
+    fencing_token: Option<u64>,
+    remaining_lease_ms: Option<u64>,
+}
+
+impl From<distlock::backend::LockInfo> for Holder {
+    fn from(info: distlock::backend::LockInfo) -> Self {
+        Holder {
+            holder: info.holder,
+            fencing_token: info.fencing_token,
+            remaining_lease_ms: info.remaining_lease.map(millis),
+        }
+    }
+}
+
+/// An election's leader.
+#[derive(Debug, Serialize)]
+struct LeaderStatus {
+    value: String,
+    term: u64,
+    holder: String,
+}
+
+impl From<distlock::Leader> for LeaderStatus {
+    fn from(leader: distlock::Leader) -> Self {
+        LeaderStatus {
+            value: leader.value,
+            term: leader.term,
+            holder: leader.holder,
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `text` as it is when it is one plain word; quoted, with control characters, quotes and
+/// backslashes escaped, otherwise: a name or value cannot forge a field or a line.
+pub fn shown(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| !c.is_control() && !c.is_whitespace() && !matches!(c, '"' | '\\' | '='));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("{text:?}")
+    }
+}
+
+/// What the backend did not tell.
+fn known(value: Option<String>) -> String {
+    value.unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Prints what the name is used as and what the backend can tell about it (`status` of a
+/// mutex, a semaphore, a reader-writer lock or an election), or one JSON object.
 pub async fn status(args: StatusArgs) -> CliResult {
     let StatusArgs { lock, json } = args;
     let locks = distlock::connect(&lock.backend).await?;
-    let info = locks.inspect(&lock.name).await?;
-    let status = Status {
+    let described = locks.describe(&lock.name).await?;
+    let mut status = Status {
         lock: &lock.name,
         backend: locks.backend_scheme(),
-        locked: info.locked,
-        holder: info.holder,
-        holds: info.holds,
-        fencing_token: info.fencing_token,
-        remaining_lease_ms: info
-            .remaining_lease
-            .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
-        waiters: info.waiters,
+        ..Status::default()
+    };
+    let line = match described {
+        Described::Free { waiters } => {
+            status.kind = "free";
+            status.waiters = waiters;
+            format!("free waiters={}", known(waiters.map(|w| w.to_string())))
+        }
+        Described::Mutex(info) => {
+            status.kind = "mutex";
+            status.locked = true;
+            status.holder = info.holder;
+            status.holds = info.holds;
+            status.fencing_token = info.fencing_token;
+            status.remaining_lease_ms = info.remaining_lease.map(millis);
+            status.waiters = info.waiters;
+            format!(
+                "locked holder={} holds={} fencing_token={} lease_left_ms={} waiters={}",
+                known(status.holder.as_deref().map(shown)),
+                known(status.holds.map(|h| h.to_string())),
+                known(status.fencing_token.map(|t| t.to_string())),
+                known(status.remaining_lease_ms.map(|ms| ms.to_string())),
+                known(status.waiters.map(|w| w.to_string())),
+            )
+        }
+        Described::Semaphore { permits, holders } => {
+            status.kind = "semaphore";
+            status.locked = holders.len() >= usize::try_from(permits).unwrap_or(usize::MAX);
+            status.permits = Some(permits);
+            let holders: Vec<Holder> = holders.into_iter().map(Holder::from).collect();
+            let line = format!(
+                "semaphore permits_held={}/{permits} holders={}",
+                holders.len(),
+                holder_list(&holders)
+            );
+            status.holders = Some(holders);
+            line
+        }
+        Described::RwLock { writer, readers } => {
+            status.kind = "rwlock";
+            status.locked = true;
+            let readers: Vec<Holder> = readers.into_iter().map(Holder::from).collect();
+            let writer = writer.map(Holder::from);
+            let line = format!(
+                "rwlock writer={} readers={} reader_holders={}",
+                writer.as_ref().map_or_else(
+                    || "none".to_owned(),
+                    |writer| known(writer.holder.as_deref().map(shown))
+                ),
+                readers.len(),
+                holder_list(&readers)
+            );
+            status.writer = writer;
+            status.holders = Some(readers);
+            line
+        }
+        Described::Election(leader) => {
+            status.kind = "election";
+            status.locked = true;
+            let line = format!(
+                "election leader={} term={} holder={}",
+                shown(&leader.value),
+                leader.term,
+                shown(&leader.holder)
+            );
+            status.fencing_token = Some(leader.term);
+            status.leader = Some(leader.into());
+            line
+        }
+        _ => {
+            status.kind = "unknown";
+            "unknown".to_owned()
+        }
     };
     if json {
         return json::print_fact("status", &status);
     }
-    let mut line = String::from(if status.locked { "locked" } else { "free" });
-    let known = |value: Option<String>| value.unwrap_or_else(|| "unknown".to_owned());
-    if status.locked {
-        line += &format!(
-            " holder={} holds={} fencing_token={} lease_left_ms={}",
-            known(status.holder),
-            known(status.holds.map(|h| h.to_string())),
-            known(status.fencing_token.map(|t| t.to_string())),
-            known(status.remaining_lease_ms.map(|ms| ms.to_string())),
-        );
-    }
-    line += &format!(" waiters={}", known(status.waiters.map(|w| w.to_string())));
     println!("{line}");
     Ok(())
+}
+
+/// `h1,h2,...` (escaped), or `none`.
+fn holder_list(holders: &[Holder]) -> String {
+    if holders.is_empty() {
+        return "none".to_owned();
+    }
+    holders
+        .iter()
+        .map(|h| known(h.holder.as_deref().map(shown)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `distlock leader NAME`: prints who leads the election (`leader value=V term=T holder=H`,
+/// or `none`), with `--watch` each change until a signal, or one JSON object per line.
+pub async fn leader(args: LeaderArgs) -> CliResult {
+    let locks = distlock::connect(&args.lock.backend).await?;
+    let election = locks.election(args.lock.name.as_str())?;
+    let print = |leader: Option<distlock::Leader>| -> CliResult {
+        if args.json {
+            let leader = leader.map(LeaderStatus::from);
+            return json::print_fact("leader", &serde_json::json!({ "leader": leader }));
+        }
+        match leader {
+            None => println!("none"),
+            Some(leader) => println!(
+                "leader value={} term={} holder={}",
+                shown(&leader.value),
+                leader.term,
+                shown(&leader.holder)
+            ),
+        }
+        Ok(())
+    };
+    if !args.watch {
+        return print(election.leader().await?);
+    }
+    let mut changes = Box::pin(election.observe());
+    let mut stop = Box::pin(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    loop {
+        tokio::select! {
+            stopped = &mut stop => return stopped.map_err(Failure::from),
+            next = changes.next() => match next {
+                Some(Ok(leader)) => print(leader)?,
+                Some(Err(error)) => eprintln!("distlock: warning: {error}"),
+                None => return Ok(()),
+            },
+        }
+    }
 }
 
 /// One lock of `list --json`: its name and what `status` would say of it.
@@ -123,12 +305,11 @@ pub async fn list(args: ListArgs) -> CliResult {
         };
         return json::print_fact("list", &listing);
     }
-    let known = |value: Option<String>| value.unwrap_or_else(|| "unknown".to_owned());
     for lock in listed {
         println!(
             "{} holder={} fencing_token={} lease_left_ms={} waiters={}",
-            lock.lock,
-            known(lock.holder),
+            shown(&lock.lock),
+            known(lock.holder.as_deref().map(shown)),
             known(lock.fencing_token.map(|t| t.to_string())),
             known(lock.remaining_lease_ms.map(|ms| ms.to_string())),
             known(lock.waiters.map(|w| w.to_string())),

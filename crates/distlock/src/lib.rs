@@ -132,6 +132,7 @@ mod cleanup;
 mod client;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod describe;
 mod election;
 mod error;
 #[cfg(feature = "etcd")]
@@ -180,6 +181,7 @@ use std::sync::Arc;
 
 pub use crate::backend::{MAX_PUBLISHED_VALUE, SessionState, SessionStatus};
 pub use crate::client::{Locks, MAX_LIST};
+pub use crate::describe::Described;
 pub use crate::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership};
 pub use crate::error::{BoxError, Error, LossReason, Result};
 pub use crate::multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};

@@ -1,5 +1,5 @@
-//! Operator commands (`status`, `force-unlock`) on a lock another process holds, and bad
-//! input on every command.
+//! Operator commands (`status`, `leader`, `list`, `force-unlock`) on locks other processes
+//! hold, and bad input on every command.
 
 use std::time::{Duration, Instant};
 
@@ -155,5 +155,78 @@ fn list_shows_the_locks_held_under_a_prefix() {
     for child in [&mut first, &mut second, &mut other] {
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+}
+
+/// `status` understands every primitive and `leader` names the leader, on every backend:
+/// a mutex, a semaphore with two of three permits held, a read lock (in the slot layout, or the
+/// backend's own, which shows as its lock), an election's leader; and `list` escapes a name
+/// that would forge a line.
+#[test]
+fn status_and_leader_understand_every_primitive_on_every_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in [
+        sqlite_url(dir.path()),
+        crate::redis_url(),
+        crate::zookeeper_url(),
+        crate::etcd_url(),
+        crate::postgres_url(),
+        crate::mysql_url(),
+        crate::redlock_url(),
+    ] {
+        let id = fastrand::u32(..);
+        let (semaphore, election, rwlock) = (
+            format!("st-sem-{id}"),
+            format!("st-lead-{id}"),
+            format!("st-rw-{id}"),
+        );
+        let forged = format!("st-{id}\nfake holder=evil");
+        let permit = ["--kind", "permit", "--permits", "3"];
+        let mut holders = vec![
+            crate::spawn_holder_of(&url, &semaphore, 30_000, &permit).0,
+            crate::spawn_holder_of(&url, &semaphore, 30_000, &permit).0,
+            crate::spawn_holder_of(&url, &election, 30_000, &["--kind", "leader"]).0,
+            crate::spawn_holder_of(&url, &rwlock, 30_000, &["--kind", "read"]).0,
+            crate::spawn_holder_of(&url, &forged, 30_000, &[]).0,
+        ];
+        let status = |name: &str| {
+            let output = distlock(&["status", "--backend", &url, name]);
+            assert!(output.status.success(), "{url}: {output:?}");
+            String::from_utf8_lossy(&output.stdout).into_owned()
+        };
+        let text = status(&semaphore);
+        assert!(
+            text.starts_with("semaphore permits_held=2/3 holders="),
+            "{url}: {text}"
+        );
+        let text = status(&election);
+        assert!(
+            text.starts_with("election leader=\"distlock hold (pid "),
+            "{url}: {text}"
+        );
+        let text = status(&rwlock);
+        assert!(
+            text.starts_with("rwlock writer=none readers=1 ") || text.starts_with("locked "),
+            "{url}: {text}"
+        );
+        let text = status(&forged);
+        assert!(text.starts_with("locked "), "{url}: a mutex: {text}");
+        let output = distlock(&["leader", "--backend", &url, &election]);
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            text.starts_with("leader value=\"distlock hold"),
+            "{url}: {text}"
+        );
+        let output = distlock(&["list", "--backend", &url, &format!("st-{id}")]);
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{url}: {output:?}");
+        assert!(
+            text.lines().all(|line| !line.starts_with("fake")),
+            "{url}: a name forged a line: {text}"
+        );
+        for holder in &mut holders {
+            holder.kill().unwrap();
+            holder.wait().unwrap();
+        }
     }
 }
