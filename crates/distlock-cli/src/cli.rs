@@ -75,6 +75,11 @@ pub enum Command {
     /// the whole history is checked (exclusion, loss, fencing tokens, no lost update).
     /// Exit 0 when every promise held, 1 with the violations otherwise.
     Check(CheckArgs),
+    /// Prints a shell's completion script: `distlock completions bash >
+    /// /etc/bash_completion.d/distlock`, or zsh, fish, elvish, powershell.
+    Completions(CompletionsArgs),
+    /// Prints the manual page (roff): `distlock man > /usr/local/share/man/man1/distlock.1`.
+    Man,
     /// Holds a lock until killed (for cross-process tests).
     #[command(hide = true)]
     Hold(HoldArgs),
@@ -448,6 +453,14 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+/// `distlock completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
 /// `distlock leader`.
 #[derive(Debug, Args)]
 pub struct LeaderArgs {
@@ -536,6 +549,17 @@ pub async fn run(cli: Cli) -> CliResult {
         Command::Bench(args) => bench::run(args).await,
         Command::Status(args) => operator::status(args).await,
         Command::Leader(args) => operator::leader(args).await,
+        Command::Completions(args) => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(args.shell, &mut command, "distlock", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let page = clap_mangen::Man::new(<Cli as clap::CommandFactory>::command());
+            page.render(&mut std::io::stdout()).map_err(|error| {
+                crate::failure::Failure::failed(format!("cannot print the page: {error}"))
+            })
+        }
         Command::List(args) => operator::list(args).await,
         Command::ForceUnlock(args) => operator::force_unlock(args).await,
         Command::Run(args) => run::run(args).await,

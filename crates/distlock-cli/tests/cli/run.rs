@@ -578,3 +578,71 @@ fn elect_stops_the_command_when_the_leadership_is_lost() {
     );
     assert!(!alive(pid), "the command (pid {pid}) still runs");
 }
+
+/// The conventions users bring from flock(1), ShedLock and etcdctl: DISTLOCK_BACKEND,
+/// `-w`, `-n`, `-E N`, `--max-run` (exit 124, the command stopped), memory:// refused,
+/// `--lease` given twice refused; shell completions and a manual page.
+#[test]
+fn run_takes_the_conventions_users_bring() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let with_env = |args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env("DISTLOCK_BACKEND", &url)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    assert!(with_env(&["run", "conv", "--", "true"]).status.success());
+    let (mut holder, _) = spawn_holder(&url, "conv", 30_000);
+    let busy = with_env(&["run", "-w", "100ms", "-E", "9", "conv", "--", "true"]);
+    assert_eq!(busy.status.code(), Some(9), "{busy:?}");
+    let skipped = with_env(&["run", "-n", "conv", "--", "false"]);
+    assert_eq!(skipped.status.code(), Some(0), "{skipped:?}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+
+    let start = Instant::now();
+    let stopped = with_env(&["run", "--max-run", "300ms", "other", "--", "sleep", "30"]);
+    assert_eq!(stopped.status.code(), Some(124), "{stopped:?}");
+    assert!(start.elapsed() < LIMIT, "{:?}", start.elapsed());
+    let stderr = String::from_utf8_lossy(&stopped.stderr);
+    assert!(stderr.contains("--max-run 300ms"), "{stderr}");
+
+    for args in [
+        &["run", "--backend", "memory://", "x", "--", "true"][..],
+        &["elect", "--backend", "memory://", "x", "--", "true"],
+        &["check", "--backend", "memory://"],
+        &[
+            "run",
+            "--backend",
+            "zk://127.0.0.1:1/?session_timeout=2s",
+            "--lease",
+            "3s",
+            "x",
+            "--",
+            "true",
+        ],
+    ] {
+        let output = distlock(args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("memory://") || stderr.contains("give the lease once"),
+            "{args:?}: {stderr}"
+        );
+    }
+
+    for shell in ["bash", "zsh", "fish"] {
+        let output = distlock(&["completions", shell]);
+        assert!(output.status.success(), "{shell}");
+        assert!(
+            String::from_utf8_lossy(&output.stdout).contains("force-unlock"),
+            "{shell}"
+        );
+    }
+    let page = distlock(&["man"]);
+    assert!(page.status.success());
+    assert!(String::from_utf8_lossy(&page.stdout).starts_with(".ie"));
+}
