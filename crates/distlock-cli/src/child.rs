@@ -55,6 +55,8 @@ pub struct Received {
 /// distlock: it decides what each does.
 pub struct Signals {
     streams: Vec<(libc::c_int, Signal)>,
+    /// A signal was received (and returned by `recv`) since the handlers were installed.
+    received: bool,
 }
 
 impl Signals {
@@ -68,12 +70,15 @@ impl Signals {
                 })?;
             streams.push((number, stream));
         }
-        Ok(Signals { streams })
+        Ok(Signals {
+            streams,
+            received: false,
+        })
     }
 
     /// The next signal received. Cancel safe.
     pub async fn recv(&mut self) -> Received {
-        std::future::poll_fn(|cx| {
+        let received = std::future::poll_fn(|cx| {
             for (number, stream) in &mut self.streams {
                 if let std::task::Poll::Ready(Some(())) = stream.poll_recv(cx) {
                     return std::task::Poll::Ready(Received { number: *number });
@@ -81,7 +86,14 @@ impl Signals {
             }
             std::task::Poll::Pending
         })
-        .await
+        .await;
+        self.received = true;
+        received
+    }
+
+    /// True once a signal has been received.
+    pub fn any_received(&self) -> bool {
+        self.received
     }
 }
 
@@ -167,13 +179,19 @@ pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> CliResult<Started>
             Ok(())
         });
     }
-    let child = child.spawn().map_err(|error| Failure::Spawn {
-        code: if error.kind() == io::ErrorKind::NotFound {
-            exit::NOT_FOUND
-        } else {
-            exit::CANNOT_EXECUTE
-        },
-        message: format!("cannot run {}: {error}", program.to_string_lossy()),
+    let child = child.spawn().map_err(|error| {
+        // The child may have taken the terminal before its exec failed.
+        if terminal {
+            take_the_terminal_back();
+        }
+        Failure::Spawn {
+            code: if error.kind() == io::ErrorKind::NotFound {
+                exit::NOT_FOUND
+            } else {
+                exit::CANNOT_EXECUTE
+            },
+            message: format!("cannot run {}: {error}", program.to_string_lossy()),
+        }
     })?;
     let group = child.id().and_then(|pid| libc::pid_t::try_from(pid).ok());
     Ok(Started {
@@ -222,24 +240,35 @@ pub async fn supervise(
         group,
         terminal,
     } = started;
-    let ended = watch(&mut child, group, signals, lost, max_run, grace).await;
+    let (ended, kill_at) = watch(&mut child, group, terminal, signals, lost, max_run, grace).await;
     if terminal {
-        // SAFETY: getpgrp reads this process's group; give_terminal_to is async-signal-safe
-        // and distlock's descriptor 0 is the terminal it gave away.
-        unsafe { give_terminal_to(libc::getpgrp()) };
+        take_the_terminal_back();
     }
-    end_group(group, signals, grace).await;
+    end_group(group, signals, kill_at).await;
     ended
 }
 
+/// Makes distlock's own group the terminal's foreground group again.
+fn take_the_terminal_back() {
+    // SAFETY: getpgrp reads this process's group; give_terminal_to is async-signal-safe and
+    // distlock's descriptor 0 is the terminal it gave away.
+    unsafe { give_terminal_to(libc::getpgrp()) };
+}
+
+/// How often distlock looks whether a command that has the terminal was stopped (Ctrl-Z).
+const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// Waits for the command as [`supervise`] says; also the time by which what is left of its
+/// group gets SIGKILL: `grace` after the SIGTERM of a stop, or after the command's exit.
 async fn watch(
     child: &mut Child,
     group: Option<libc::pid_t>,
+    terminal: bool,
     signals: &mut Signals,
     lost: impl Future<Output = distlock::Error>,
     max_run: Option<Duration>,
     grace: Duration,
-) -> CliResult<Ended> {
+) -> (CliResult<Ended>, tokio::time::Instant) {
     tokio::pin!(lost);
     let run_out = async {
         match max_run {
@@ -248,26 +277,32 @@ async fn watch(
         }
     };
     tokio::pin!(run_out);
+    let mut stop_poll = tokio::time::interval(STOP_POLL);
     let why = loop {
         tokio::select! {
-            status = child.wait() => return finish(child, status).map(Ended::Exited),
+            status = child.wait() => {
+                let kill_at = tokio::time::Instant::now() + grace;
+                return (finish(child, status).map(Ended::Exited), kill_at);
+            }
             loss = &mut lost => break Stop::Lost(loss),
             () = &mut run_out => break Stop::MaxRun(max_run.unwrap_or_default()),
             received = signals.recv() => send(group, received.number),
+            _ = stop_poll.tick(), if terminal => follow_a_stop(group),
         }
     };
     tracing::debug!(?group, ?why, "stopping the command");
     send(group, libc::SIGTERM);
-    let deadline = tokio::time::sleep(grace);
-    tokio::pin!(deadline);
+    // A stopped command would not see the SIGTERM until continued.
+    send(group, libc::SIGCONT);
+    let kill_at = tokio::time::Instant::now() + grace;
     let mut killed = false;
     loop {
         tokio::select! {
             status = child.wait() => {
-                let status = finish(child, status)?;
-                return Ok(Ended::Stopped { why, status, killed });
+                let ended = finish(child, status).map(|status| Ended::Stopped { why, status, killed });
+                return (ended, kill_at);
             }
-            () = &mut deadline, if !killed => {
+            () = tokio::time::sleep_until(kill_at), if !killed => {
                 send(group, libc::SIGKILL);
                 killed = true;
             }
@@ -276,10 +311,42 @@ async fn watch(
     }
 }
 
+/// Job control for a command that has the terminal: when the terminal stopped its group
+/// (Ctrl-Z), distlock takes the terminal back and stops itself, so that the shell sees the
+/// job stopped; when continued (`fg`), it gives the terminal back and continues the group.
+/// The lock is not renewed while distlock is stopped: it may be lost meanwhile, and then the
+/// command is stopped as on any loss once continued.
+fn follow_a_stop(group: Option<libc::pid_t>) {
+    let Some(group) = group else { return };
+    if process_state(group).is_none_or(|state| state != "T") {
+        return;
+    }
+    take_the_terminal_back();
+    // SAFETY: raise stops this process (SIGTSTP keeps its default action here); it returns
+    // once the process is continued.
+    unsafe { libc::raise(libc::SIGTSTP) };
+    // SAFETY: as in `spawn`; the group is our command's.
+    unsafe { give_terminal_to(group) };
+    send(Some(group), libc::SIGCONT);
+}
+
+/// The state letter of process `pid` (`R`, `S`, `T` stopped, `Z` zombie ...), from `/proc`.
+fn process_state(pid: libc::pid_t) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map(str::to_owned)
+}
+
 /// Ends what is left of the command's group once the command has exited (the processes it
-/// left running in the background): SIGTERM, then SIGKILL after `grace`. Nothing the command
-/// started runs on after distlock gives the lock back.
-async fn end_group(group: Option<libc::pid_t>, signals: &mut Signals, grace: Duration) {
+/// left running in the background): SIGTERM, then SIGKILL at `kill_at` (the grace after a
+/// stop's SIGTERM, or after the command's exit). Nothing the command started runs on after
+/// distlock gives the lock back.
+async fn end_group(
+    group: Option<libc::pid_t>,
+    signals: &mut Signals,
+    kill_at: tokio::time::Instant,
+) {
     let Some(group) = group else { return };
     let alive = || group_runs(group);
     if !alive() {
@@ -290,8 +357,8 @@ async fn end_group(group: Option<libc::pid_t>, signals: &mut Signals, grace: Dur
         "the command left processes in its group: ending them"
     );
     send(Some(group), libc::SIGTERM);
-    let deadline = tokio::time::Instant::now() + grace;
-    while alive() && tokio::time::Instant::now() < deadline {
+    send(Some(group), libc::SIGCONT);
+    while alive() && tokio::time::Instant::now() < kill_at {
         tokio::select! {
             () = tokio::time::sleep(GROUP_POLL) => {}
             received = signals.recv() => send(Some(group), received.number),

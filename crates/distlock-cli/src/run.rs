@@ -133,7 +133,7 @@ pub async fn run(args: RunArgs) -> CliResult {
     let mut signals = Signals::install()?;
     let locks = connect(&args.backend, &args.held, &mut signals).await?;
     let outcome = run_locked(&args, &locks, &mut signals).await;
-    clean_up(&locks, &outcome, &mut signals).await;
+    clean_up(&locks, &mut signals).await;
     outcome
 }
 
@@ -258,7 +258,7 @@ pub async fn elect(args: ElectArgs) -> CliResult {
     let mut signals = Signals::install()?;
     let locks = connect(&args.backend, &args.held, &mut signals).await?;
     let outcome = elect_leading(&args, &locks, &mut signals).await;
-    clean_up(&locks, &outcome, &mut signals).await;
+    clean_up(&locks, &mut signals).await;
     outcome
 }
 
@@ -341,10 +341,7 @@ pub fn lease_url(url: &str, lease: Option<Duration>) -> CliResult<String> {
     let Some(key) = scheme.session_lease else {
         return Ok(url.to_owned());
     };
-    let query = url.split_once('?').map_or("", |(_, query)| query);
-    let in_url = query
-        .split('&')
-        .any(|pair| pair.split_once('=').map_or(pair, |(k, _)| k) == key);
+    let in_url = distlock::scheme::sets_option(url, key).map_err(Failure::usage)?;
     match (in_url, lease) {
         (true, Some(_)) => Err(Failure::usage(format!(
             "give the lease once: --lease, or {key}= in the URL (on {}://, they are the same \
@@ -355,7 +352,16 @@ pub fn lease_url(url: &str, lease: Option<Duration>) -> CliResult<String> {
         (false, lease) => {
             let ms = lease.unwrap_or(DEFAULT_LEASE).as_millis();
             let separator = if url.contains('?') { '&' } else { '?' };
-            Ok(format!("{url}{separator}{key}={ms}ms"))
+            let with_lease = format!("{url}{separator}{key}={ms}ms");
+            // A lease the backend's option does not take is the flag's fault, not the URL's.
+            distlock::scheme::validate(&with_lease).map_err(|error| {
+                Failure::usage(format!(
+                    "--lease {}: on {}:// it is the {key}, and {error}",
+                    human(lease.unwrap_or(DEFAULT_LEASE)),
+                    scheme.name
+                ))
+            })?;
+            Ok(with_lease)
         }
     }
 }
@@ -363,9 +369,8 @@ pub fn lease_url(url: &str, lease: Option<Duration>) -> CliResult<String> {
 /// Before distlock exits: waits for what it left to the background (a wait it dropped on a
 /// signal leaves its queue entry to a clean-up), briefly after a signal; a second signal
 /// ends the wait.
-async fn clean_up(locks: &Locks, outcome: &CliResult, signals: &mut Signals) {
-    let signaled = matches!(outcome, Err(Failure::Exit(code)) if *code > exit::SIGNALED);
-    let limit = if signaled {
+async fn clean_up(locks: &Locks, signals: &mut Signals) {
+    let limit = if signals.any_received() {
         CLEAN_UP_LIMIT_SIGNALED
     } else {
         CLEAN_UP_LIMIT

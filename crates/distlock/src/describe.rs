@@ -72,12 +72,12 @@ impl Locks {
     pub async fn describe(&self, name: &str) -> Result<Described> {
         let backend = &self.inner.backend;
         let lock = LockName::new(name)?;
-        // First: in a backend's own layout, an election's leader holds the name itself. etcd
-        // keeps a mutex and an election in one layout (its Go recipes do): a holder without
-        // a published value is a mutex's, so an empty value shows as the lock.
+        // First: in a backend's own layout, an election's leader holds the name itself. There
+        // a mutex and an election may share one layout (etcd's Go recipes do): a holder that
+        // published no value is taken for a mutex's, so such a leader shows as its lock.
         if let Ok(election) = self.election(name)
             && let Some(leader) = election.leader().await?
-            && !leader.value.is_empty()
+            && (!election.is_native() || !leader.value.is_empty())
         {
             return Ok(Described::Election(leader));
         }

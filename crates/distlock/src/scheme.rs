@@ -130,13 +130,17 @@ const CONNECT_TIMEOUT_RANGE: std::ops::RangeInclusive<std::time::Duration> =
     std::time::Duration::from_millis(100)..=std::time::Duration::from_secs(600);
 
 /// The `connect_timeout` of `url` (checked), or the default. A bare number is seconds, as
-/// libpq writes it (URLs shared with libpq-based tools carry `connect_timeout=10`).
+/// libpq writes it (URLs shared with libpq-based tools carry `connect_timeout=10`); libpq's
+/// `0`, no limit, is the longest distlock takes.
 pub(crate) fn connect_timeout(url: &str) -> Result<std::time::Duration> {
     let (_, query) = Query::parse(url)?;
     if let Some(seconds) = query
         .get("connect_timeout")
         .and_then(|value| value.parse::<u64>().ok())
     {
+        if seconds == 0 {
+            return Ok(*CONNECT_TIMEOUT_RANGE.end());
+        }
         let timeout = std::time::Duration::from_secs(seconds);
         if CONNECT_TIMEOUT_RANGE.contains(&timeout) {
             return Ok(timeout);
@@ -538,6 +542,21 @@ pub fn validate(url: &str) -> Result<&'static Scheme> {
         }
     }
     Ok(scheme)
+}
+
+/// True when `url`'s query gives distlock's option `key` (its keys read as `connect` reads
+/// them, percent-escapes decoded).
+///
+/// ```
+/// assert!(distlock::scheme::sets_option("zk://h/?session%5Ftimeout=5s", "session_timeout").unwrap());
+/// assert!(!distlock::scheme::sets_option("zk://h/", "session_timeout").unwrap());
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidInput`] as [`validate`] for a malformed scheme or query.
+pub fn sets_option(url: &str, key: &str) -> Result<bool> {
+    let (_, query) = Query::parse(url)?;
+    Ok(query.get(key).is_some())
 }
 
 /// The schemes this build can open, as `name://, ...` (for messages).

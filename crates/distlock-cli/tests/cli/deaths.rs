@@ -357,3 +357,78 @@ fn promise4_a_signal_ends_the_once_per_wait_at_once() {
     assert!(sent.elapsed() < SIGNAL_EXIT, "{:?}", sent.elapsed());
     assert_eq!(status.code(), Some(143), "{stderr}");
 }
+
+/// Promise 1 for `--max-run`: the command is stopped with exit 124 and whatever it left in
+/// its group that ignores SIGTERM gets SIGKILL `--grace` after the SIGTERM, before the lock
+/// is given back.
+#[test]
+fn promise1_max_run_ends_the_whole_group_within_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let stray_file = dir.path().join("stray");
+    let script = format!(
+        "trap 'exit 0' TERM; (trap '' TERM; exec sleep 60) & echo $! > '{}'; wait",
+        stray_file.display()
+    );
+    let start = Instant::now();
+    let mut run = Running::start(&[
+        "run",
+        "--backend",
+        &url,
+        "--max-run",
+        "300ms",
+        "--grace",
+        "1s",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let (status, stderr) = run.wait(LIMIT);
+    let took = start.elapsed();
+    assert_eq!(status.code(), Some(124), "{stderr}");
+    assert!(
+        !alive(pid_in(&stray_file)),
+        "a process that ignored SIGTERM outlived run"
+    );
+    assert!(
+        took < Duration::from_millis(1_300) + SIGNAL_EXIT,
+        "{took:?}: the leftovers got more than the grace"
+    );
+}
+
+/// `--lease` is checked as the backend's session option it becomes, with a message about the
+/// flag; a percent-escaped option in the URL counts as given.
+#[test]
+fn lease_is_checked_as_the_session_option_it_becomes() {
+    let output = distlock(&[
+        "run",
+        "--backend",
+        "etcd://127.0.0.1:1/",
+        "--lease",
+        "1s",
+        "x",
+        "--",
+        "true",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--lease 1s: on etcd:// it is the lease_ttl"),
+        "{stderr}"
+    );
+    let output = distlock(&[
+        "run",
+        "--backend",
+        "zk://127.0.0.1:1/?session%5Ftimeout=2s",
+        "--lease",
+        "3s",
+        "x",
+        "--",
+        "true",
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("give the lease once"), "{stderr}");
+}

@@ -221,7 +221,7 @@ impl Shared {
         if let Some(old) = old {
             // Frees the old keys at once when the server can be reached.
             let rpc = self.rpc.clone();
-            tokio::spawn(async move {
+            crate::cleanup::spawn(async move {
                 let _ = tokio::time::timeout(REQUEST_TIMEOUT, rpc.lease_revoke(old)).await;
             });
         }

@@ -282,8 +282,10 @@ mod tests {
             let timeout = crate::scheme::connect_timeout(url).unwrap();
             assert_eq!(timeout.as_secs_f64(), seconds, "{url}");
         }
+        let longest = crate::scheme::connect_timeout("postgres://h/db?connect_timeout=0").unwrap();
+        assert_eq!(longest.as_secs(), 600, "libpq's 0 is no limit: the longest");
         for bad in [
-            "etcd://h/?connect_timeout=0",
+            "etcd://h/?connect_timeout=0ms",
             "redis://h/?connect_timeout=1d",
         ] {
             assert!(

@@ -290,7 +290,9 @@ impl RedlockBackend {
         let backend = self.clone();
         let (owner, id) = (owner.clone(), id.to_owned());
         let until = Instant::now() + kept;
-        crate::cleanup::spawn(async move {
+        // Not counted as a clean-up a process waits for: it retries masters that did not
+        // answer for the whole lease, and a hold it misses ends with that lease anyway.
+        tokio::spawn(async move {
             let mut left = left;
             while !left.is_empty() && Instant::now() < until {
                 tokio::time::sleep(backend.request_timeout).await;
