@@ -41,7 +41,8 @@ impl Owner {
         Owner(format!("{client_id}:{holder}").into())
     }
 
-    /// The owner as stored by backends: `<client id>:<holder id>`.
+    /// The owner as stored by backends: `<client id>:<holder id>`, the client id being
+    /// `HOST/PID/UUID` ([`Locks::client_id`](crate::Locks::client_id)).
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -223,7 +223,9 @@ impl Locks {
         self.inner.backend.scheme()
     }
 
-    /// This client's id, the first part of every owner string it writes.
+    /// This client's id, the first part of every owner string it writes: `HOST/PID/UUID`,
+    /// unique by its UUID and readable by its host and process id (`distlock status` shows
+    /// who holds a lock).
     pub fn client_id(&self) -> &str {
         &self.inner.client_id
     }

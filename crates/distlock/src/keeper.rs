@@ -187,11 +187,34 @@ impl Drop for ClientInner {
     }
 }
 
+/// A client's id: `HOST/PID/UUID`. The UUID makes it unique; the host and the process id make
+/// the holders that `distlock status` and `list` show readable (who holds the lock). The host
+/// keeps only letters, digits, `.` and `-` (at most 63 of them), so that the id holds no
+/// separator a backend uses.
+fn new_client_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-'))
+        .take(63)
+        .collect();
+    let host = if host.is_empty() { "localhost" } else { &host };
+    format!(
+        "{host}/{}/{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
 impl ClientInner {
     pub(crate) fn new(backend: Arc<dyn Backend>, options: ConnectOptions) -> Self {
         ClientInner {
             backend,
-            client_id: uuid::Uuid::new_v4().simple().to_string(),
+            client_id: new_client_id(),
             next_holder: AtomicU64::new(1),
             options,
             registry: StdMutex::new(Registry::default()),

@@ -211,6 +211,12 @@ fn status_and_leader_understand_every_primitive_on_every_backend() {
         );
         let text = status(&forged);
         assert!(text.starts_with("locked "), "{url}: a mutex: {text}");
+        // The holder is readable where the backend tells it: HOST/PID/UUID:N.
+        let pid = holders[4].id();
+        assert!(
+            text.contains("holder=unknown") || text.contains(&format!("/{pid}/")),
+            "{url}: the holder does not name process {pid}: {text}"
+        );
         let output = distlock(&["leader", "--backend", &url, &election]);
         let text = String::from_utf8_lossy(&output.stdout);
         assert!(
