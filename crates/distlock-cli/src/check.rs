@@ -211,7 +211,7 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
     }
     // A malformed URL is bad input (exit 2), found before anything starts.
     let scheme = distlock::scheme::validate(&args.backend).map_err(Failure::usage)?;
-    if scheme.process_local {
+    if scheme.process_local && !args.allow_unshared {
         return Err(Failure::usage(format!(
             "{}:// keeps its locks in each worker process: the check needs a backend its \
              worker processes share",

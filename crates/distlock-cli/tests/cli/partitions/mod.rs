@@ -535,6 +535,7 @@ fn a_lock_that_is_not_distributed_fails_across_hosts() {
             "check",
             "--backend",
             "memory://lab",
+            "--allow-unshared",
             "--json",
             "--faults",
             "none",
