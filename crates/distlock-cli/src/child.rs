@@ -55,8 +55,8 @@ pub struct Received {
 /// distlock: it decides what each does.
 pub struct Signals {
     streams: Vec<(libc::c_int, Signal)>,
-    /// A signal was received (and returned by `recv`) since the handlers were installed.
-    received: bool,
+    /// A signal ended distlock's own work (a connect, a wait), rather than being passed on.
+    ended_work: bool,
 }
 
 impl Signals {
@@ -72,13 +72,13 @@ impl Signals {
         }
         Ok(Signals {
             streams,
-            received: false,
+            ended_work: false,
         })
     }
 
     /// The next signal received. Cancel safe.
     pub async fn recv(&mut self) -> Received {
-        let received = std::future::poll_fn(|cx| {
+        std::future::poll_fn(|cx| {
             for (number, stream) in &mut self.streams {
                 if let std::task::Poll::Ready(Some(())) = stream.poll_recv(cx) {
                     return std::task::Poll::Ready(Received { number: *number });
@@ -86,14 +86,17 @@ impl Signals {
             }
             std::task::Poll::Pending
         })
-        .await;
-        self.received = true;
-        received
+        .await
     }
 
-    /// True once a signal has been received.
-    pub fn any_received(&self) -> bool {
-        self.received
+    /// Notes that a signal ended distlock's own work: it is to exit at once.
+    pub fn note_ended_work(&mut self) {
+        self.ended_work = true;
+    }
+
+    /// True once a signal has ended distlock's own work (not one passed on to the command).
+    pub fn ended_work(&self) -> bool {
+        self.ended_work
     }
 }
 
@@ -241,7 +244,10 @@ pub async fn supervise(
         terminal,
     } = started;
     let (ended, kill_at) = watch(&mut child, group, terminal, signals, lost, max_run, grace).await;
-    if terminal {
+    // Only from the command's group: if the shell has taken the terminal meanwhile, it stays
+    // the shell's.
+    // SAFETY: tcgetpgrp only reads descriptor 0's foreground group.
+    if terminal && group.is_some_and(|group| unsafe { libc::tcgetpgrp(0) } == group) {
         take_the_terminal_back();
     }
     end_group(group, signals, kill_at).await;
@@ -287,7 +293,7 @@ async fn watch(
             loss = &mut lost => break Stop::Lost(loss),
             () = &mut run_out => break Stop::MaxRun(max_run.unwrap_or_default()),
             received = signals.recv() => send(group, received.number),
-            _ = stop_poll.tick(), if terminal => follow_a_stop(group),
+            _ = stop_poll.tick(), if terminal => continue_a_stop(group),
         }
     };
     tracing::debug!(?group, ?why, "stopping the command");
@@ -311,22 +317,23 @@ async fn watch(
     }
 }
 
-/// Job control for a command that has the terminal: when the terminal stopped its group
-/// (Ctrl-Z), distlock takes the terminal back and stops itself, so that the shell sees the
-/// job stopped; when continued (`fg`), it gives the terminal back and continues the group.
-/// The lock is not renewed while distlock is stopped: it may be lost meanwhile, and then the
-/// command is stopped as on any loss once continued.
-fn follow_a_stop(group: Option<libc::pid_t>) {
+/// A command that has the terminal and was stopped (Ctrl-Z) is continued: it holds a lock,
+/// and a stopped holder would keep it from everyone while the shell, waiting for distlock,
+/// could not take the terminal back. (Stopping distlock too, as a shell's job, would stop
+/// the renewals, and a `kill -CONT` of the command alone would then run it unprotected;
+/// distlock cannot tell a terminal's stop from another's.) Stop a command under a lock with
+/// Ctrl-C, or bound it with `--max-run`.
+fn continue_a_stop(group: Option<libc::pid_t>) {
     let Some(group) = group else { return };
-    if process_state(group).is_none_or(|state| state != "T") {
+    // SAFETY: tcgetpgrp only reads descriptor 0's foreground group.
+    let has_the_terminal = unsafe { libc::tcgetpgrp(0) } == group;
+    if !has_the_terminal || process_state(group).is_none_or(|state| state != "T") {
         return;
     }
-    take_the_terminal_back();
-    // SAFETY: raise stops this process (SIGTSTP keeps its default action here); it returns
-    // once the process is continued.
-    unsafe { libc::raise(libc::SIGTSTP) };
-    // SAFETY: as in `spawn`; the group is our command's.
-    unsafe { give_terminal_to(group) };
+    eprintln!(
+        "distlock: warning: the command was stopped (Ctrl-Z?) while it holds the lock: \
+         continuing it; end it with Ctrl-C"
+    );
     send(Some(group), libc::SIGCONT);
 }
 

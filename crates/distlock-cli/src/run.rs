@@ -225,7 +225,10 @@ async fn run_locked(args: &RunArgs, locks: &Locks, signals: &mut Signals) -> Cli
         let signaled = tokio::select! {
             () = tokio::time::sleep(left) => None,
             _ = guard.lost() => None,
-            received = signals.recv() => Some(received),
+            received = signals.recv() => {
+                signals.note_ended_work();
+                Some(received)
+            }
         };
         // The fixed lease (the upper bound) ran out after the command ended: that is the
         // hold ending as scheduled, not a loss of the command's protection.
@@ -305,7 +308,10 @@ async fn elect_leading(args: &ElectArgs, locks: &Locks, signals: &mut Signals) -
 async fn until_signal<T>(signals: &mut Signals, work: impl Future<Output = T>) -> CliResult<T> {
     tokio::select! {
         done = work => Ok(done),
-        received = signals.recv() => Err(Failure::Exit(exit::signaled(received.number))),
+        received = signals.recv() => {
+            signals.note_ended_work();
+            Err(Failure::Exit(exit::signaled(received.number)))
+        }
     }
 }
 
@@ -370,7 +376,7 @@ pub fn lease_url(url: &str, lease: Option<Duration>) -> CliResult<String> {
 /// signal leaves its queue entry to a clean-up), briefly after a signal; a second signal
 /// ends the wait.
 async fn clean_up(locks: &Locks, signals: &mut Signals) {
-    let limit = if signals.any_received() {
+    let limit = if signals.ended_work() {
         CLEAN_UP_LIMIT_SIGNALED
     } else {
         CLEAN_UP_LIMIT

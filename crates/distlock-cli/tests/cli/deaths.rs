@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::run::{Running, alive, pid_in, read};
 use crate::{
-    distlock, etcd_url, mysql_url, postgres_url, redis_url, redlock_url, spawn_holder_of,
+    BIN, distlock, etcd_url, mysql_url, postgres_url, redis_url, redlock_url, spawn_holder_of,
     sqlite_url, zookeeper_url,
 };
 
@@ -431,4 +431,23 @@ fn lease_is_checked_as_the_session_option_it_becomes() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("give the lease once"), "{stderr}");
+}
+
+/// Promise 1's other side: a command that holds the lock and the terminal and is stopped
+/// (Ctrl-Z, here its own SIGTSTP) is continued by distlock, not left holding the lock for
+/// nobody's work. Run in a pseudo-terminal by `script` (util-linux, on every Debian).
+#[test]
+fn a_stopped_command_that_has_the_terminal_is_continued() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(dir.path());
+    let line =
+        format!("{BIN} run --backend {url} tty -- sh -c 'kill -TSTP $$; echo resumed-after-stop'");
+    let output = std::process::Command::new("timeout")
+        .args(["60", "script", "-qec", &line, "/dev/null"])
+        .output()
+        .expect("run script");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("resumed-after-stop"), "{text}");
+    assert!(text.contains("continuing it"), "{text}");
 }
