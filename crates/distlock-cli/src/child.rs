@@ -23,6 +23,7 @@ use std::ffi::OsString;
 use std::future::Future;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -339,10 +340,18 @@ fn continue_a_stop(group: Option<libc::pid_t>) {
 
 /// The state letter of process `pid` (`R`, `S`, `T` stopped, `Z` zombie ...), from `/proc`.
 fn process_state(pid: libc::pid_t) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().next())
-        .map(str::to_owned)
+    stat_of(Path::new(&format!("/proc/{pid}"))).map(|(state, _)| state)
+}
+
+/// The state letter and process group of the process whose `/proc` directory is `dir`: the
+/// fields of `stat` after the command name's last parenthesis are `STATE PPID PGRP ...`.
+fn stat_of(dir: &Path) -> Option<(String, Option<libc::pid_t>)> {
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.to_owned();
+    let group = fields.nth(1).and_then(|pgrp| pgrp.parse().ok());
+    Some((state, group))
 }
 
 /// Ends what is left of the command's group once the command has exited (the processes it
@@ -389,23 +398,10 @@ fn group_runs(group: libc::pid_t) -> bool {
             .file_name()
             .to_str()
             .is_some_and(|name| !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()));
-        if !is_pid {
-            return false;
-        }
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            return false;
-        };
-        // `PID (COMM) STATE PPID PGRP ...`: the fields after the command's last parenthesis.
-        let mut fields = stat
-            .rsplit_once(')')
-            .map(|(_, rest)| rest.split_whitespace())
-            .into_iter()
-            .flatten();
-        let state = fields.next();
-        let pgrp = fields
-            .nth(1)
-            .and_then(|pgrp| pgrp.parse::<libc::pid_t>().ok());
-        pgrp == Some(group) && !matches!(state, Some("Z" | "X"))
+        is_pid
+            && stat_of(&entry.path()).is_some_and(|(state, pgrp)| {
+                pgrp == Some(group) && !matches!(state.as_str(), "Z" | "X")
+            })
     })
 }
 
