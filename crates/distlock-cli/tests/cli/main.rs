@@ -1,9 +1,10 @@
 //! The `distlock` binary end to end: the demo and its hot-item scenario, the benchmark,
-//! operator commands, bad input, holders in other processes killed with SIGKILL, commands
+//! `check` on every backend, operator commands, bad input, holders in other processes killed with SIGKILL, commands
 //! run under a lock (`run`, `elect`), and those commands under signals, hung servers and
 //! deaths.
 
 mod bench;
+mod check;
 mod cross_process;
 mod deaths;
 mod demo;

@@ -1,8 +1,6 @@
 //! Setting up a new SQLite lock file from several processes at once: every first open must
 //! succeed (the switch to WAL and the table creation meet each other there).
 
-#![cfg(feature = "sqlite")]
-
 use std::sync::{Arc, Barrier};
 use std::thread;
 

@@ -588,11 +588,11 @@ macro_rules! blocking_suite {
     };
 }
 
-blocking_suite!(memory, crate::memory());
+blocking_suite!(memory, crate::conformance::memory());
 #[cfg(feature = "sqlite")]
-blocking_suite!(sqlite, crate::sqlite(""));
+blocking_suite!(sqlite, crate::conformance::sqlite(""));
 #[cfg(feature = "redis")]
 blocking_suite!(
     redis,
-    distlock::conformance::Target::new(crate::redis("redis"))
+    distlock::conformance::Target::new(crate::conformance::redis("redis"))
 );

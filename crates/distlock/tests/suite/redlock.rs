@@ -13,9 +13,8 @@ use distlock::conformance::servers;
 use distlock::{AcquireOptions, ConnectOptions, LossReason};
 use tokio::time::{Instant, timeout};
 
-mod common;
-use common::FencedStock;
-use common::redlock::{OwnMasters, lock_key, name_with_gate, redis_cli};
+use crate::common::FencedStock;
+use crate::common::redlock::{OwnMasters, lock_key, name_with_gate, redis_cli};
 
 distlock::conformance_suite!(redlock, servers::REDLOCK.target());
 distlock::wire_fault_suite!(redlock_wire, servers::REDLOCK.target());

@@ -31,7 +31,7 @@ pub const JARS: &[(&str, &str)] = &[
 /// The Java source of the Curator side.
 pub const SOURCE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/tests/curator/CuratorLock.java"
+    "/tests/suite/zookeeper_curator/CuratorLock.java"
 );
 
 /// A generous bound for one step: a JVM start, a ZooKeeper round trip, a handoff.

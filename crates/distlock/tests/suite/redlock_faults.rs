@@ -7,8 +7,7 @@ use std::time::Duration;
 use distlock::AcquireOptions;
 use tokio::time::timeout;
 
-mod common;
-use common::redlock::{OwnMasters, ProxiedMasters, lock_key, name_with_gate};
+use crate::common::redlock::{OwnMasters, ProxiedMasters, lock_key, name_with_gate};
 
 /// Asserts that no master has the lock.
 fn assert_free_everywhere(masters: &ProxiedMasters, name: &str) {

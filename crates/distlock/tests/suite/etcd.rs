@@ -9,7 +9,6 @@ use distlock::conformance::{Target, servers};
 use distlock::{AcquireOptions, ConnectOptions};
 use tokio::time::Instant;
 
-#[path = "etcd/etcdctl.rs"]
 mod etcdctl;
 
 fn standalone() -> String {
@@ -395,7 +394,5 @@ async fn promise2_a_partitioned_holder_fires_lost_before_the_rival_is_granted() 
     proxy.heal();
 }
 
-#[path = "etcd/cluster.rs"]
 mod cluster;
-#[path = "etcd/waiters.rs"]
 mod waiters;

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use distlock::ConnectOptions;
 
-mod common;
-use common::FencedStock;
+use crate::common::FencedStock;
 
 /// A Sentinel group started by `scripts/redis-deployment` on free loopback ports; every
 /// process it started is killed, by the PID in its pid file, when this is dropped.

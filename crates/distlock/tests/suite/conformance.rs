@@ -6,7 +6,6 @@ use distlock::conformance::Target;
 use distlock::conformance::servers;
 
 #[cfg(feature = "blocking")]
-#[path = "conformance/blocking.rs"]
 mod blocking;
 
 fn memory() -> Target {

@@ -16,8 +16,7 @@ use distlock::stock::{
 use distlock::{Error, Result};
 use tokio::sync::oneshot;
 
-mod common;
-use common::{item, redis_url};
+use crate::common::{item, redis_url};
 
 /// The stock an item starts with, its segments, and the order that needs all of them
 /// (2 + 2 + 2 + 1 units: four segment writes).

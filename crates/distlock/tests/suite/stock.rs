@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use distlock::stock::{RedisStockStore, SqlStockStore, SqliteStockStore, Stock, StockStore, Taken};
 
-mod common;
-use common::{item, redis_url};
+use crate::common::{item, redis_url};
 use distlock::conformance::servers;
 
 /// How each strategy under test makes one client's view of an item.

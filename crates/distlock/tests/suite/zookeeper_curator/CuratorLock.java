@@ -15,7 +15,7 @@ import org.apache.curator.retry.RetryNTimes;
 
 /**
  * Apache Curator's lock recipes driven by lines on stdin, so that distlock's interop test
- * (crates/distlock/tests/zookeeper_curator.rs) can play a real Curator client against its
+ * (crates/distlock/tests/suite/zookeeper_curator.rs) can play a real Curator client against its
  * ZooKeeper backend.
  *
  * <p>Usage: {@code java CuratorLock <connect string> [session timeout ms]}, the connect string

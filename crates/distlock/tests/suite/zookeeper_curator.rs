@@ -1,5 +1,5 @@
 //! The ZooKeeper backend against the real Apache Curator: Debian's Curator 5.4 jars, driven by
-//! `tests/curator/CuratorLock.java` (compiled here with `javac`), take an `InterProcessMutex`
+//! `tests/suite/zookeeper_curator/CuratorLock.java` (compiled here with `javac`), take an `InterProcessMutex`
 //! on the path distlock uses for a lock name, and the two exclude each other both ways.
 //!
 //! Needs the ZooKeeper server of `scripts/test --servers-only` (`DISTLOCK_ZK_URL` overrides),
@@ -7,11 +7,8 @@
 //! /usr/share/java; `scripts/test` installs both when missing. A missing one fails the test,
 //! naming the package.
 
-#[path = "curator/harness.rs"]
 mod harness;
-#[path = "curator/mutex.rs"]
 mod mutex;
-#[path = "curator/recipes.rs"]
 mod recipes;
 
 use harness::{connect_string, curator_layout};

@@ -1,5 +1,4 @@
-//! Helpers shared by the test files (each test file is its own crate; not every one
-//! uses every helper). The servers come from `distlock::conformance::servers`.
+//! Helpers shared by the test modules (not every feature set uses every helper). The servers come from `distlock::conformance::servers`.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
