@@ -1,4 +1,4 @@
-//! Any string as a backend URL: `distlock::scheme::validate` answers Ok or a typed error,
+//! Any string as a backend URL: `distlock::validate_url` answers Ok or a typed error,
 //! never a panic, and agrees with the registry about the scheme.
 #![no_main]
 
@@ -8,7 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(url) = std::str::from_utf8(data) else {
         return;
     };
-    match distlock::scheme::validate(url) {
+    match distlock::validate_url(url) {
         Ok(scheme) => {
             assert!(url.starts_with(&format!("{}://", scheme.name)), "{url:?}");
             assert!(scheme.is_available(), "{url:?}");

@@ -210,7 +210,7 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
         return Err(Failure::usage("--lease-ms must be at least 100"));
     }
     // A malformed URL is bad input (exit 2), found before anything starts.
-    let scheme = distlock::scheme::validate(&args.backend).map_err(Failure::usage)?;
+    let scheme = distlock::validate_url(&args.backend).map_err(Failure::usage)?;
     if scheme.process_local && !args.allow_unshared {
         return Err(Failure::usage(format!(
             "{}:// keeps its locks in each worker process: the check needs a backend its \

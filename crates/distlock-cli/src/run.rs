@@ -332,7 +332,7 @@ async fn connect(url: &str, held: &HeldArgs, signals: &mut Signals) -> CliResult
 /// when a crashed holder's locks free (the scheme's `session_lease`), with `lease` (or the
 /// default) as that option: `--lease` means the same on every backend.
 pub fn lease_url(url: &str, lease: Option<Duration>) -> CliResult<String> {
-    let scheme = distlock::scheme::validate(url).map_err(Failure::usage)?;
+    let scheme = distlock::validate_url(url).map_err(Failure::usage)?;
     if scheme.process_local {
         return Err(Failure::usage(format!(
             "{}:// keeps its locks in one process, and this command coordinates processes: \
@@ -360,7 +360,7 @@ pub fn lease_url(url: &str, lease: Option<Duration>) -> CliResult<String> {
             let separator = if url.contains('?') { '&' } else { '?' };
             let with_lease = format!("{url}{separator}{key}={ms}ms");
             // A lease the backend's option does not take is the flag's fault, not the URL's.
-            distlock::scheme::validate(&with_lease).map_err(|error| {
+            distlock::validate_url(&with_lease).map_err(|error| {
                 Failure::usage(format!(
                     "--lease {}: on {}:// it is the {key}, and {error}",
                     human(lease.unwrap_or(DEFAULT_LEASE)),

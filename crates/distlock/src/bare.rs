@@ -50,7 +50,7 @@ impl Bare {
     /// [`Error::InvalidInput`] for a malformed URL, [`Error::Backend`] when the server cannot
     /// be reached.
     pub async fn open(url: &str, tag: &str) -> Result<Option<Bare>> {
-        let kind = crate::scheme::validate(url)?.kind;
+        let kind = crate::validate_url(url)?.kind;
         let connection = match kind {
             #[cfg(feature = "redis")]
             BackendKind::Redis if url.starts_with("redis://") => {

@@ -59,16 +59,6 @@ pub enum Error {
         feature: &'static str,
     },
 
-    /// The URL names a backend that is planned but not part of this release.
-    #[error(
-        "the {scheme}:// backend is not in this release yet; available in this build: {}",
-        crate::scheme::available_list()
-    )]
-    NotYetAvailable {
-        /// The URL scheme.
-        scheme: String,
-    },
-
     /// A store refused a write made under a lock, because a newer holder of that lock has
     /// written since: this writer's lease had run out. Nothing was changed.
     #[error(
@@ -166,9 +156,7 @@ impl Error {
     pub fn is_unsupported(&self) -> bool {
         matches!(
             self,
-            Error::Unsupported { .. }
-                | Error::FeatureDisabled { .. }
-                | Error::NotYetAvailable { .. }
+            Error::Unsupported { .. } | Error::FeatureDisabled { .. }
         )
     }
 

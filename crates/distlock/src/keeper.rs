@@ -19,6 +19,7 @@ use crate::error::LossReason;
 use crate::name::LockName;
 use crate::options::{ConnectOptions, lease_deadline};
 
+pub(crate) mod settle;
 mod task;
 
 /// How a held lock's lease is kept.
@@ -177,7 +178,7 @@ pub(crate) struct ClientInner {
     keeper_wake: Arc<Notify>,
     keeper_started: AtomicBool,
     pub(crate) renewal_calls: AtomicU64,
-    requests: StdMutex<crate::settle::Requests>,
+    requests: StdMutex<settle::Requests>,
 }
 
 impl Drop for ClientInner {
@@ -238,7 +239,7 @@ impl ClientInner {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(crate) fn requests(&self) -> std::sync::MutexGuard<'_, crate::settle::Requests> {
+    pub(crate) fn requests(&self) -> std::sync::MutexGuard<'_, settle::Requests> {
         // Every update is a single field write: a poisoned lock is still consistent.
         self.requests
             .lock()

@@ -114,7 +114,6 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod acquire;
 pub mod backend;
 #[cfg(any(
     feature = "redis",
@@ -151,6 +150,7 @@ mod mutex;
 #[cfg(feature = "mysql")]
 pub mod mysql;
 mod name;
+mod open;
 mod options;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -169,15 +169,12 @@ pub mod scheme;
 mod semaphore;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session;
-mod settle;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod stock;
 mod wake;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
-
-use std::sync::Arc;
 
 pub use crate::backend::{MAX_PUBLISHED_VALUE, SessionState, SessionStatus};
 pub use crate::client::{Locks, MAX_LIST};
@@ -187,6 +184,7 @@ pub use crate::error::{BoxError, Error, LossReason, Result};
 pub use crate::multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};
 pub use crate::mutex::{Guard, Holder, Mutex};
 pub use crate::name::{LockKind, LockName, MAX_NAME_BYTES};
+pub use crate::open::{open_backend, validate_url};
 pub use crate::options::{AcquireOptions, ConnectOptions, DEFAULT_LEASE, MAX_DURATION, MIN_LEASE};
 pub use crate::rwlock::{READER_SLOTS, ReadGuard, RwLock, WriteGuard};
 pub use crate::schedule::Schedule;
@@ -309,57 +307,6 @@ pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<Locks> {
     options.validate()?;
     let backend = open_backend(url).await?;
     Locks::with_backend(backend, options)
-}
-
-/// Opens the backend a URL names, without a client around it: for wrappers such as
-/// [`fault::FaultyBackend`], then handed to
-/// [`Locks::with_backend`].
-///
-/// # Errors
-/// As [`connect`].
-pub async fn open_backend(url: &str) -> Result<Arc<dyn backend::Backend>> {
-    let (scheme, _) = scheme::of_url(url)?;
-    let limit = scheme::connect_timeout(url)?;
-    match tokio::time::timeout(limit, open_scheme(scheme, url)).await {
-        Ok(opened) => opened,
-        // Dropping a connect midway leaves no lock: it has taken none yet.
-        Err(_) => Err(Error::backend(
-            scheme.name,
-            "connect",
-            format!(
-                "no answer within {limit:?} (connect_timeout); check that the server runs and \
-                 answers at that address, or raise ?connect_timeout="
-            ),
-        )),
-    }
-}
-
-async fn open_scheme(
-    scheme: &'static scheme::Scheme,
-    url: &str,
-) -> Result<Arc<dyn backend::Backend>> {
-    match scheme.kind {
-        BackendKind::Memory => memory::connect(url).await,
-        #[cfg(feature = "sqlite")]
-        BackendKind::Sqlite => sqlite::connect(url).await,
-        #[cfg(feature = "redis")]
-        BackendKind::Redis => crate::redis::connect(url).await,
-        #[cfg(feature = "redis")]
-        BackendKind::Redlock => crate::redis::redlock::connect(url).await,
-        #[cfg(feature = "zookeeper")]
-        BackendKind::ZooKeeper => crate::zookeeper::connect(url).await,
-        #[cfg(feature = "etcd")]
-        BackendKind::Etcd => crate::etcd::connect(url).await,
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => crate::postgres::connect(url).await,
-        #[cfg(feature = "mysql")]
-        BackendKind::MySql => crate::mysql::connect(url).await,
-        #[allow(unreachable_patterns)]
-        _ => Err(Error::FeatureDisabled {
-            scheme: scheme.name.into(),
-            feature: scheme.feature.unwrap_or_default(),
-        }),
-    }
 }
 
 #[cfg(test)]

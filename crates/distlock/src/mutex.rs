@@ -14,6 +14,7 @@ use crate::keeper::ClientInner;
 use crate::name::LockName;
 use crate::options::AcquireOptions;
 
+mod acquire;
 mod guard;
 mod run;
 
@@ -118,7 +119,7 @@ impl Mutex {
             Some(holder) => holder.clone(),
             None => self.client.new_owner(),
         };
-        crate::acquire::acquire_loop(&self.client, &self.name, &owner, options)
+        acquire::acquire_loop(&self.client, &self.name, &owner, options)
             .instrument(span)
             .await
     }

@@ -202,7 +202,7 @@ pub enum Mode {
     Table,
 }
 
-/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
+/// Checks a URL as connecting would, without connecting ([`crate::validate_url`]).
 pub(crate) fn check_url(url: &str) -> Result<()> {
     parse_url(url).map(|_| ())
 }

@@ -60,6 +60,8 @@ use async_trait::async_trait;
 
 mod advisory;
 mod published;
+#[cfg(all(test, feature = "conformance"))]
+mod session_faults;
 mod setup;
 mod xact;
 
@@ -209,7 +211,7 @@ pub enum Mode {
     Transaction,
 }
 
-/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
+/// Checks a URL as connecting would, without connecting ([`crate::validate_url`]).
 pub(crate) fn check_url(url: &str) -> Result<()> {
     parse_url(url).map(|_| ())
 }

@@ -486,64 +486,6 @@ pub fn find(name: &str) -> Option<&'static Scheme> {
     SCHEMES.iter().find(|scheme| scheme.name == name)
 }
 
-/// Checks `url` as [`connect`](crate::connect) would, without connecting: its scheme, the
-/// keys and values of its query, and the backend's own form (hosts, ports, paths). For a
-/// command line or a configuration check that should fail before anything starts.
-///
-/// ```
-/// let scheme = distlock::scheme::validate("redis://127.0.0.1:6379/?fair=false").unwrap();
-/// assert_eq!(scheme.name, "redis");
-/// let err = distlock::scheme::validate("redis://127.0.0.1/?fare=false").unwrap_err();
-/// assert!(err.is_invalid_input());
-/// ```
-///
-/// # Errors
-/// [`Error::InvalidInput`] saying what is wrong and what is accepted;
-/// [`Error::FeatureDisabled`] and [`Error::NotYetAvailable`] as [`connect`](crate::connect).
-pub fn validate(url: &str) -> Result<&'static Scheme> {
-    let (scheme, _) = of_url(url)?;
-    connect_timeout(url)?;
-    match scheme.kind {
-        BackendKind::Memory => {}
-        #[cfg(feature = "sqlite")]
-        BackendKind::Sqlite => {
-            crate::sqlite::check_url(url)?;
-        }
-        #[cfg(feature = "redis")]
-        BackendKind::Redis => {
-            crate::redis::deployment::check_url(url)?;
-        }
-        #[cfg(feature = "redis")]
-        BackendKind::Redlock => {
-            crate::redis::redlock::check_url(url)?;
-        }
-        #[cfg(feature = "zookeeper")]
-        BackendKind::ZooKeeper => {
-            crate::zookeeper::url::ZkUrl::parse(url)?;
-        }
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => {
-            crate::postgres::check_url(url)?;
-        }
-        #[cfg(feature = "mysql")]
-        BackendKind::MySql => {
-            crate::mysql::check_url(url)?;
-        }
-        #[cfg(feature = "etcd")]
-        BackendKind::Etcd => {
-            crate::etcd::url::EtcdUrl::parse(url)?;
-        }
-        #[allow(unreachable_patterns)]
-        _ => {
-            return Err(Error::FeatureDisabled {
-                scheme: scheme.name.into(),
-                feature: scheme.feature.unwrap_or_default(),
-            });
-        }
-    }
-    Ok(scheme)
-}
-
 /// True when `url`'s query gives distlock's option `key` (its keys read as `connect` reads
 /// them, percent-escapes decoded).
 ///
@@ -553,20 +495,11 @@ pub fn validate(url: &str) -> Result<&'static Scheme> {
 /// ```
 ///
 /// # Errors
-/// [`Error::InvalidInput`] as [`validate`] for a malformed scheme or query.
+/// [`Error::InvalidInput`] as [`validate_url`](crate::validate_url) for a malformed scheme or
+/// query.
 pub fn sets_option(url: &str, key: &str) -> Result<bool> {
     let (_, query) = Query::parse(url)?;
     Ok(query.get(key).is_some())
-}
-
-/// The schemes this build can open, as `name://, ...` (for messages).
-pub(crate) fn available_list() -> String {
-    SCHEMES
-        .iter()
-        .filter(|s| s.is_available())
-        .map(|s| format!("{}://", s.name))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The scheme of `url`, or a typed error naming the known schemes.

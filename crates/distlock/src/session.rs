@@ -47,8 +47,6 @@ use crate::name::{LockKind, LockName};
 mod background;
 mod conns;
 mod dialect;
-#[cfg(all(test, feature = "postgres", feature = "conformance"))]
-mod faulty;
 mod held_key;
 mod names;
 mod waiter;
@@ -208,6 +206,22 @@ impl<D: Dialect> SessionBackend<D> {
         ));
         tokio::spawn(watch_sessions(Arc::downgrade(&shared)));
         SessionBackend { shared }
+    }
+
+    /// The dialect (for the tests of other modules).
+    #[cfg(test)]
+    pub(crate) fn dialect(&self) -> &D {
+        &self.shared.dialect
+    }
+
+    /// True while the client's state records `owner`'s grant of `name` (for the tests of
+    /// other modules, which cannot see the state).
+    #[cfg(test)]
+    pub(crate) fn records_grant(&self, name: &LockName, owner: &Owner) -> bool {
+        self.shared
+            .state()
+            .held
+            .contains_key(&HeldKey::of(name, owner))
     }
 }
 

@@ -310,6 +310,14 @@ fn state_error(state: zk::SessionState) -> zk::Error {
     }
 }
 
+/// Checks a `zk://` or `zk+naive://` URL without connecting.
+///
+/// # Errors
+/// [`Error::InvalidInput`] saying what is wrong.
+pub(crate) fn check_url(url: &str) -> Result<()> {
+    url::ZkUrl::parse(url).map(drop)
+}
+
 /// Connects to the ensemble a `zk://` or `zk+naive://` URL names; see
 /// [`ZooKeeperBackend::connect`].
 ///

@@ -377,9 +377,9 @@ pub async fn renewal_is_batched(target: &Target) {
         let mutex = locks.mutex(format!("{base}/{i}")).unwrap();
         guards.push(mutex.acquire().await.unwrap());
     }
-    let before = crate::hooks::renewal_requests(&locks);
+    let before = locks.renewal_requests();
     tokio::time::sleep(lease * 3).await;
-    let requests = crate::hooks::renewal_requests(&locks) - before;
+    let requests = locks.renewal_requests() - before;
     // Three leases at one round per third of a lease: about 9 rounds of 3 requests.
     assert!(
         requests >= 3,

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Mutex;
-use crate::acquire::release_one;
+use super::acquire::release_one;
 use crate::backend::{Extended, Owner, Released};
 use crate::error::{Error, LossReason, Result};
 use crate::finish::FinishOnDrop;

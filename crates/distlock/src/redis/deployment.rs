@@ -130,7 +130,7 @@ fn host_list(hosts: &str, what: &str) -> Result<Vec<String>> {
 }
 
 /// Parses a distlock Redis URL.
-/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
+/// Checks a URL as connecting would, without connecting ([`crate::validate_url`]).
 pub(crate) fn check_url(url: &str) -> Result<()> {
     let target = parse(url)?;
     if let Deployment::Standalone(url) = &target.deployment {

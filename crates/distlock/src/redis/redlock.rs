@@ -93,7 +93,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(RedlockBackend::connect(url).await?))
 }
 
-/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
+/// Checks a URL as connecting would, without connecting ([`crate::validate_url`]).
 pub(crate) fn check_url(url: &str) -> Result<()> {
     RedlockUrl::parse(url).map(|_| ())
 }

@@ -16,7 +16,7 @@ pub(super) struct SqliteUrl {
     pub(super) fair: bool,
 }
 
-/// Checks a URL as connecting would, without connecting ([`crate::scheme::validate`]).
+/// Checks a URL as connecting would, without connecting ([`crate::validate_url`]).
 pub(crate) fn check_url(url: &str) -> Result<()> {
     parse_url(url.trim_start_matches("sqlite://")).map(|_| ())
 }

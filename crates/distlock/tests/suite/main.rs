@@ -23,6 +23,7 @@ mod conformance;
 mod locked;
 #[cfg(feature = "sqlite")]
 mod sqlite_setup;
+mod structure;
 
 #[cfg(all(feature = "etcd", feature = "conformance"))]
 mod etcd;

@@ -10,12 +10,12 @@ use tokio::time::Instant;
 use crate::backend::{Acquired, Extended, Owner, ReleaseWaiter, Released, Woken};
 use crate::error::{LossReason, Result};
 use crate::finish::FinishOnDrop;
+use crate::keeper::settle::Ticket;
 use crate::keeper::{ClientInner, GrantKind, LeaseMode};
 use crate::meter::{self, Outcome};
 use crate::mutex::Guard;
 use crate::name::LockName;
 use crate::options::{AcquireOptions, MAX_DURATION, lease_deadline};
-use crate::settle::Ticket;
 
 /// Waits for the lock as `owner` within `options`: `None` when the wait ran out. Measured
 /// (see [`meter`](crate::meter)).

@@ -3,11 +3,21 @@
 //! after the server gave it), made by a dialect that fails or holds chosen statements and
 //! otherwise talks to the real server.
 
-use std::sync::atomic::AtomicU32;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
 
-use super::*;
+use async_trait::async_trait;
+use tokio::sync::{Semaphore, oneshot};
+use tokio::time::Instant;
+
+use super::PgAdvisory;
+use crate::backend::{Acquired, Backend, Extended, Owner, Published, Released, Renewing, Woken};
 use crate::conformance::servers;
-use crate::postgres::PgAdvisory;
+use crate::error::{Error, Result};
+use crate::name::{LockKind, LockName};
+use crate::session::{Dialect, SessionBackend};
 
 /// A dialect whose next `failing_unlocks` unlocks fail without reaching the server, whose
 /// next `hanging_unlocks` unlocks never answer (nor reach it), and which, while `held_back`
@@ -197,11 +207,7 @@ async fn promise4_a_failed_unlock_is_retried_while_other_locks_keep_its_connecti
     let (released, kept) = (unique("released"), unique("kept"));
     hold_both(&backend, &owner, [&released, &kept]).await;
 
-    backend
-        .shared
-        .dialect
-        .failing_unlocks
-        .store(1, Ordering::SeqCst);
+    backend.dialect().failing_unlocks.store(1, Ordering::SeqCst);
     let answer = backend.release(&released, &owner).await.unwrap();
     assert_eq!(
         answer,
@@ -209,11 +215,7 @@ async fn promise4_a_failed_unlock_is_retried_while_other_locks_keep_its_connecti
         "a failed unlock was called a release"
     );
     assert_eq!(
-        backend
-            .shared
-            .dialect
-            .failing_unlocks
-            .load(Ordering::SeqCst),
+        backend.dialect().failing_unlocks.load(Ordering::SeqCst),
         0,
         "the injected failure was not used"
     );
@@ -242,11 +244,7 @@ async fn promise4_a_failed_unlock_is_retried_while_other_locks_keep_its_connecti
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise4_a_failed_unlock_of_an_ended_lease_closes_its_connection() {
     let (backend, rival) = clients().await;
-    backend
-        .shared
-        .dialect
-        .failing_unlocks
-        .store(1, Ordering::SeqCst);
+    backend.dialect().failing_unlocks.store(1, Ordering::SeqCst);
     let owner = Owner::new("failing-unlock", 1);
     let name = unique("ended");
     let lease = Duration::from_millis(300);
@@ -261,11 +259,7 @@ async fn promise4_a_failed_unlock_of_an_ended_lease_closes_its_connection() {
     )
     .await;
     assert_eq!(
-        backend
-            .shared
-            .dialect
-            .failing_unlocks
-            .load(Ordering::SeqCst),
+        backend.dialect().failing_unlocks.load(Ordering::SeqCst),
         0,
         "the injected failure was not used"
     );
@@ -284,11 +278,7 @@ async fn promise4_a_release_cancelled_during_its_unlock_still_unlocks() {
     let owner = Owner::new("cancelled-release", 1);
     let (released, kept) = (unique("cancelled"), unique("kept"));
     hold_both(&backend, &owner, [&released, &kept]).await;
-    backend
-        .shared
-        .dialect
-        .hanging_unlocks
-        .store(1, Ordering::SeqCst);
+    backend.dialect().hanging_unlocks.store(1, Ordering::SeqCst);
     let cut = tokio::time::timeout(
         Duration::from_millis(200),
         backend.release(&released, &owner),
@@ -372,8 +362,7 @@ async fn promise6_a_renewal_in_flight_leaves_a_new_grant_of_the_name_alone() {
     let first = wait_for(&backend, &name, &owner).await;
     // The renewal asks the primary first (for `other`); its answer is held back there.
     let gate = backend
-        .shared
-        .dialect
+        .dialect()
         .hold_answers_about(PgAdvisory::key(&other));
     let renewing = backend.clone();
     let locks = vec![
@@ -431,10 +420,7 @@ async fn promise6_an_extension_racing_the_lease_end_is_refused() {
     let owner = Owner::new("extending", 1);
     let name = unique("ending");
     let token = first_grant(&backend, &name, &owner, Duration::from_millis(300)).await;
-    let gate = backend
-        .shared
-        .dialect
-        .hold_answers_about(PgAdvisory::key(&name));
+    let gate = backend.dialect().hold_answers_about(PgAdvisory::key(&name));
     let extending = backend.clone();
     let (owner2, name2) = (owner.clone(), name.clone());
     let extension = tokio::spawn(async move {
@@ -444,12 +430,7 @@ async fn promise6_an_extension_racing_the_lease_end_is_refused() {
     });
     // The lease ends while the check's answer is held back: the reaper takes the grant.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while backend
-        .shared
-        .state()
-        .held
-        .contains_key(&HeldKey::of(&name, &owner))
-    {
+    while backend.records_grant(&name, &owner) {
         assert!(Instant::now() < deadline, "the lease of 300 ms did not end");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
