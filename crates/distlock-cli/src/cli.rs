@@ -489,7 +489,7 @@ pub struct ListArgs {
     #[arg(default_value = "")]
     pub prefix: String,
     /// List at most this many names.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=distlock::MAX_LIST as u64))]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=distlock::Locks::MAX_LIST as u64))]
     pub limit: u64,
     /// Print one JSON object instead of a line per lock.
     #[arg(long)]

@@ -268,7 +268,7 @@ struct Listing<'a> {
 /// waiters where the backend tells), or one JSON object.
 pub async fn list(args: ListArgs) -> CliResult {
     let locks = distlock::connect(&args.backend).await?;
-    let limit = usize::try_from(args.limit).unwrap_or(distlock::MAX_LIST);
+    let limit = usize::try_from(args.limit).unwrap_or(distlock::Locks::MAX_LIST);
     let names = locks.list_held(&args.prefix, limit).await?;
     let mut listed = Vec::with_capacity(names.len());
     for name in &names {

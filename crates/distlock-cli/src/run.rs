@@ -71,7 +71,7 @@ pub struct RunArgs {
     pub conflict_exit_code: Option<u8>,
     /// Take a permit of a semaphore of N permits instead of the lock: N commands at once.
     /// Every user of NAME must give the same N.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(distlock::MAX_PERMITS)))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=i64::from(distlock::Semaphore::MAX_PERMITS)))]
     pub permits: Option<u32>,
     /// Run the command at most once per this interval across every host that runs this
     /// line (a cron job on a fleet; ShedLock's lock): the lock is tried once and, when held,
@@ -495,7 +495,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         _ => return Err(format!("{text:?} is not a duration; {FORMAT}")),
     };
     let ms = (value * f64::from(unit_ms)).round();
-    let max = distlock::MAX_DURATION.as_millis() as f64;
+    let max = distlock::AcquireOptions::MAX_DURATION.as_millis() as f64;
     if ms > max {
         return Err(format!("{text:?} is longer than a day (24h)"));
     }

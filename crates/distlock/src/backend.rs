@@ -275,8 +275,8 @@ impl LockInfo {
     }
 }
 
-/// The most bytes a [`Published`] value may have.
-pub const MAX_PUBLISHED_VALUE: usize = 4096;
+/// [`Published::MAX_VALUE`].
+pub(crate) const MAX_PUBLISHED_VALUE: usize = 4096;
 
 /// A record published under a key ([`Backend::publish`]): who leads an election, with which
 /// term, and the value the leader published.
@@ -285,13 +285,16 @@ pub const MAX_PUBLISHED_VALUE: usize = 4096;
 pub struct Published {
     /// The leadership's term: the fencing token of the grant of the election's lock.
     pub term: u64,
-    /// What the leader published (at most [`MAX_PUBLISHED_VALUE`] bytes).
+    /// What the leader published (at most [`Published::MAX_VALUE`] bytes).
     pub value: String,
     /// The owner holding the election's lock, as backends store it; empty when withdrawn.
     pub holder: String,
 }
 
 impl Published {
+    /// The most bytes a published value may have.
+    pub const MAX_VALUE: usize = MAX_PUBLISHED_VALUE;
+
     /// A record of `term`, published by `holder`.
     pub fn new(term: u64, value: impl Into<String>, holder: impl Into<String>) -> Self {
         Published {

@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -33,10 +32,13 @@ impl fmt::Debug for Locks {
     }
 }
 
-/// The most names one [`Locks::list_held`] answers.
-pub const MAX_LIST: usize = 100_000;
+/// [`Locks::MAX_LIST`].
+pub(crate) const MAX_LIST: usize = 100_000;
 
 impl Locks {
+    /// The most names one [`Locks::list_held`] answers.
+    pub const MAX_LIST: usize = MAX_LIST;
+
     /// A client over a backend built outside this crate.
     ///
     /// # Errors
@@ -57,7 +59,7 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when the name is empty or longer than
-    /// [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES).
+    /// [`LockName::MAX_BYTES`](crate::LockName::MAX_BYTES).
     pub fn mutex(&self, name: impl Into<String>) -> Result<Mutex> {
         Ok(Mutex::new(self.inner.clone(), LockName::new(name)?, None))
     }
@@ -67,7 +69,7 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad name, or a count of 0 or
-    /// over [`MAX_PERMITS`](crate::MAX_PERMITS).
+    /// over [`Semaphore::MAX_PERMITS`](crate::Semaphore::MAX_PERMITS).
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Result<crate::Semaphore> {
         crate::Semaphore::new(self.inner.clone(), name.into(), permits)
     }
@@ -84,7 +86,7 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad name, a name given twice,
-    /// no names, or more than [`MAX_MULTI_NAMES`](crate::MAX_MULTI_NAMES).
+    /// no names, or more than [`MultiLock::MAX_NAMES`](crate::MultiLock::MAX_NAMES).
     pub fn multi_lock<I, S>(&self, names: I) -> Result<crate::MultiLock>
     where
         I: IntoIterator<Item = S>,
@@ -160,7 +162,7 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a limit of zero or above
-    /// [`MAX_LIST`]; backend errors.
+    /// [`Locks::MAX_LIST`]; backend errors.
     ///
     /// # Cancel safety
     /// Cancel safe: it only reads.
@@ -257,7 +259,10 @@ impl Locks {
     }
 
     /// How many renewal requests this client has sent ([`crate::hooks`]).
+    #[cfg(any(feature = "bench", feature = "conformance"))]
     pub(crate) fn renewal_requests(&self) -> u64 {
-        self.inner.renewal_calls.load(Ordering::Relaxed)
+        self.inner
+            .renewal_calls
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }

@@ -26,7 +26,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::{AcquireOptions, ConnectOptions, Locks, MAX_NAME_BYTES};
+use crate::name::MAX_NAME_BYTES;
+use crate::{AcquireOptions, ConnectOptions, Locks};
 
 mod basics;
 mod cancel;

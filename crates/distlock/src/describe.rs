@@ -96,7 +96,7 @@ impl Locks {
         }
         if let Ok(gate) = LockName::new(format!("{name}#gate")) {
             let gate = backend.inspect(&gate).await?;
-            let readers = held_slots(self, name, "reader", crate::READER_SLOTS).await?;
+            let readers = held_slots(self, name, "reader", crate::rwlock::READER_SLOTS).await?;
             if gate.locked || !readers.is_empty() {
                 return Ok(Described::RwLock {
                     writer: gate.locked.then_some(gate),

@@ -16,9 +16,8 @@ use crate::mutex::{Guard, Mutex};
 use crate::name::{LockKind, LockName};
 use crate::options::{AcquireOptions, MAX_DURATION};
 
-/// How often [`Election::observe`] asks who leads, unless [`Election::observe_every`] says
-/// otherwise.
-pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(100);
+/// [`Election::DEFAULT_OBSERVE_EVERY`].
+pub(crate) const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_millis(100);
 
 /// A leader election, made by [`Locks::election`](crate::Locks::election).
 ///
@@ -97,6 +96,10 @@ pub struct Leader {
 }
 
 impl Election {
+    /// How often [`Election::observe`] asks who leads, unless [`Election::observe_every`] says
+    /// otherwise.
+    pub const DEFAULT_OBSERVE_EVERY: Duration = DEFAULT_OBSERVE_EVERY;
+
     pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Result<Self> {
         let key = LockName::new(name.as_str())?;
         // Checked on every backend, also where the election is the lock of its own name, so
@@ -108,7 +111,7 @@ impl Election {
                     "the name is {} bytes long; with its lock's suffix (\"#leader\") it must fit \
                      in {} bytes",
                     name.len(),
-                    crate::MAX_NAME_BYTES
+                    crate::name::MAX_NAME_BYTES
                 ),
             )
         })?;
@@ -165,12 +168,12 @@ impl Election {
     }
 
     /// Waits, without a limit, to lead; publishes `value` (at most
-    /// [`MAX_PUBLISHED_VALUE`] bytes) as the leader's (in the backend's own layout the value
+    /// [`Published::MAX_VALUE`] bytes) as the leader's (in the backend's own layout the value
     /// is stored with the candidate's place in line instead). Held with the client's renewed
     /// lease.
     ///
     /// # Notable errors
-    /// - [`Error::InvalidInput`] for a value over [`MAX_PUBLISHED_VALUE`] bytes.
+    /// - [`Error::InvalidInput`] for a value over [`Published::MAX_VALUE`] bytes.
     /// - [`Error::LockLost`] when a larger term was published before this one: the
     ///   leadership ended before it could begin (its mutex was lost meanwhile). Nothing is
     ///   held. (Not in the backend's own layout, where nothing is published.)

@@ -159,6 +159,7 @@ impl EtcdBackend {
     ///
     /// # Errors
     /// [`Error::Backend`] when the write fails.
+    #[cfg(feature = "bench")]
     pub(crate) async fn write_round_trip(&self) -> Result<Duration> {
         let shared = &self.shared;
         let lease = shared.state().lease.ok_or_else(no_lease)?;
@@ -173,6 +174,7 @@ impl EtcdBackend {
 
     /// How many transactions reading held keys this backend has sent. Read through
     /// [`crate::hooks`].
+    #[cfg(feature = "bench")]
     pub(crate) fn key_check_requests(&self) -> u64 {
         self.shared
             .key_checks
@@ -197,7 +199,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
 ///
 /// # Errors
 /// [`Error::InvalidInput`] saying what is wrong.
-pub fn check_url(url: &str) -> Result<()> {
+pub(crate) fn check_url(url: &str) -> Result<()> {
     EtcdUrl::parse(url).map(drop)
 }
 

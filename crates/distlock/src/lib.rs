@@ -115,13 +115,16 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
-#[cfg(any(
-    feature = "redis",
-    feature = "postgres",
-    feature = "mysql",
-    feature = "zookeeper",
-    feature = "etcd",
-    feature = "sqlite"
+#[cfg(all(
+    feature = "bench",
+    any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper",
+        feature = "etcd",
+        feature = "sqlite"
+    )
 ))]
 mod bare;
 #[cfg(feature = "blocking")]
@@ -140,6 +143,7 @@ pub mod etcd;
 pub mod fault;
 mod finish;
 mod guard_set;
+#[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod hooks;
 mod keeper;
@@ -176,20 +180,20 @@ mod wake;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 
-pub use crate::backend::{MAX_PUBLISHED_VALUE, SessionState, SessionStatus};
-pub use crate::client::{Locks, MAX_LIST};
+pub use crate::backend::{SessionState, SessionStatus};
+pub use crate::client::Locks;
 pub use crate::describe::Described;
-pub use crate::election::{DEFAULT_OBSERVE_EVERY, Election, Leader, Leadership};
+pub use crate::election::{Election, Leader, Leadership};
 pub use crate::error::{BoxError, Error, LossReason, Result};
-pub use crate::multi::{MAX_MULTI_NAMES, MultiGuard, MultiLock};
+pub use crate::multi::{MultiGuard, MultiLock};
 pub use crate::mutex::{Guard, Holder, Mutex};
-pub use crate::name::{LockKind, LockName, MAX_NAME_BYTES};
+pub use crate::name::{LockKind, LockName};
 pub use crate::open::{open_backend, validate_url};
-pub use crate::options::{AcquireOptions, ConnectOptions, DEFAULT_LEASE, MAX_DURATION, MIN_LEASE};
-pub use crate::rwlock::{READER_SLOTS, ReadGuard, RwLock, WriteGuard};
+pub use crate::options::{AcquireOptions, ConnectOptions};
+pub use crate::rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use crate::schedule::Schedule;
 pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};
-pub use crate::semaphore::{COUNT_CHECK_EVERY, MAX_PERMITS, Semaphore};
+pub use crate::semaphore::Semaphore;
 
 /// Runs the body of an `async fn` under a distlock mutex: acquire, run the body with the
 /// grant's fencing token, drop the body at once if the lock is lost, release.

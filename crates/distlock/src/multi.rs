@@ -14,8 +14,8 @@ use crate::mutex::Mutex;
 use crate::name::LockName;
 use crate::options::AcquireOptions;
 
-/// The most names a [`MultiLock`] takes.
-pub const MAX_MULTI_NAMES: usize = 256;
+/// [`MultiLock::MAX_NAMES`].
+pub(crate) const MAX_MULTI_NAMES: usize = 256;
 
 /// Several locks taken together, made by [`Locks::multi_lock`](crate::Locks::multi_lock)
 /// (Redisson's `MultiLock`, Curator's `InterProcessMultiLock`).
@@ -55,6 +55,9 @@ impl fmt::Debug for MultiLock {
 }
 
 impl MultiLock {
+    /// The most names a [`MultiLock`] takes.
+    pub const MAX_NAMES: usize = MAX_MULTI_NAMES;
+
     pub(crate) fn new<I, S>(client: Arc<ClientInner>, names: I) -> Result<Self>
     where
         I: IntoIterator<Item = S>,

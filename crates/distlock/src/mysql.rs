@@ -61,7 +61,8 @@ mod setup;
 
 use self::setup::open_pool;
 
-pub use self::named::{MAX_SERVER_NAME, MySqlNamed, MySqlNamedBackend, server_lock_name};
+pub(crate) use self::named::MySqlNamedBackend;
+pub use self::named::server_lock_name;
 
 use crate::backend::{
     Acquired, Backend, Extended, Owner, Published, ReleaseWaiter, Released, Renewing, Woken,
@@ -209,6 +210,7 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
 
 /// The driver's options for the server a `mysql://` or `mariadb://` URL names, whatever its
 /// mode.
+#[cfg(feature = "bench")]
 pub(crate) fn connect_options(url: &str) -> Result<MySqlConnectOptions> {
     parse_url(url).map(|(options, _)| options)
 }

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
-/// The longest lock name accepted, in bytes of UTF-8.
-pub const MAX_NAME_BYTES: usize = 1024;
+/// [`LockName::MAX_BYTES`].
+pub(crate) const MAX_NAME_BYTES: usize = 1024;
 
-/// A validated lock name: non-empty UTF-8 of at most [`MAX_NAME_BYTES`] bytes.
+/// A validated lock name: non-empty UTF-8 of at most [`LockName::MAX_BYTES`] bytes.
 ///
 /// Any characters are allowed, including `/`, `{`, `}`, `:` and whitespace. Each backend maps
 /// the name to its own key deterministically and injectively (two names never share a key),
@@ -54,10 +54,13 @@ impl LockKind {
 }
 
 impl LockName {
+    /// The longest lock name accepted, in bytes of UTF-8.
+    pub const MAX_BYTES: usize = MAX_NAME_BYTES;
+
     /// Validates a name.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] when the name is empty or longer than [`MAX_NAME_BYTES`].
+    /// [`Error::InvalidInput`] when the name is empty or longer than [`LockName::MAX_BYTES`].
     pub fn new(name: impl Into<String>) -> Result<Self> {
         let name = name.into();
         if name.is_empty() {

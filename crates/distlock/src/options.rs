@@ -6,16 +6,14 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
-/// The default lease of a lock acquired without a lease of its own: 30 s, renewed every
-/// 10 s while its guard lives.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// [`AcquireOptions::DEFAULT_LEASE`].
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
-/// The shortest lease accepted.
-pub const MIN_LEASE: Duration = Duration::from_millis(10);
+/// [`AcquireOptions::MIN_LEASE`].
+pub(crate) const MIN_LEASE: Duration = Duration::from_millis(10);
 
-/// The longest lease or wait accepted: one day. Wait without a limit with
-/// [`Mutex::acquire`](crate::Mutex::acquire).
-pub const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+/// [`AcquireOptions::MAX_DURATION`].
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Settings of a client, given to [`connect_with`](crate::connect_with).
 #[derive(Debug, Clone)]
@@ -91,6 +89,17 @@ pub struct AcquireOptions {
 }
 
 impl AcquireOptions {
+    /// The default lease of a lock acquired without a lease of its own: 30 s, renewed every
+    /// 10 s while its guard lives.
+    pub const DEFAULT_LEASE: Duration = DEFAULT_LEASE;
+
+    /// The shortest lease accepted.
+    pub const MIN_LEASE: Duration = MIN_LEASE;
+
+    /// The longest lease or wait accepted: one day. Wait without a limit with
+    /// [`Mutex::acquire`](crate::Mutex::acquire).
+    pub const MAX_DURATION: Duration = MAX_DURATION;
+
     /// Wait without a limit; hold with the client's renewed lease.
     pub fn new() -> Self {
         Self::default()

@@ -67,8 +67,11 @@ mod xact;
 
 use self::setup::{PoolFor, make_tables, open_pool};
 
-pub use self::advisory::{PgAdvisory, PgAdvisoryBackend, advisory_key};
-pub use self::xact::{PgXact, PgXactBackend};
+#[cfg(test)]
+use self::advisory::PgAdvisory;
+pub(crate) use self::advisory::PgAdvisoryBackend;
+pub use self::advisory::advisory_key;
+pub(crate) use self::xact::PgXactBackend;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool};
 use tokio::sync::{oneshot, watch};
@@ -217,11 +220,13 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
 }
 
 /// The driver's options for the server a `postgres://` URL names, whatever its mode.
+#[cfg(feature = "bench")]
 pub(crate) fn connect_options(url: &str) -> Result<PgConnectOptions> {
     parse_url(url).map(|(options, _)| options)
 }
 
 /// The mode a `postgres://` URL names.
+#[cfg(feature = "bench")]
 pub(crate) fn url_mode(url: &str) -> Result<Mode> {
     parse_url(url).map(|(_, mode)| mode)
 }

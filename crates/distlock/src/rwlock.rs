@@ -16,12 +16,11 @@ use crate::name::{LockKind, LockName};
 use crate::options::AcquireOptions;
 use crate::semaphore::Semaphore;
 
-/// How many readers an [`RwLock`] admits at once. Part of the lock's layout: every client
-/// must agree on it, so it is not an option.
-pub const READER_SLOTS: u32 = 16;
+/// [`RwLock::READER_SLOTS`].
+pub(crate) const READER_SLOTS: u32 = 16;
 
 /// A reader-writer lock, made by [`Locks::rwlock`](crate::Locks::rwlock): any number of
-/// readers (up to [`READER_SLOTS`], except on ZooKeeper and PostgreSQL advisory locks) or
+/// readers (up to [`RwLock::READER_SLOTS`], except on ZooKeeper and PostgreSQL advisory locks) or
 /// one writer.
 ///
 /// # On ZooKeeper: Curator's layout
@@ -39,7 +38,7 @@ pub const READER_SLOTS: u32 = 16;
 /// behind a waiting writer, and the fencing counter bumped with each grant orders them.
 ///
 /// # How it works elsewhere
-/// Two kinds of lock names: a gate, `<name>#gate`, and [`READER_SLOTS`] reader slots,
+/// Two kinds of lock names: a gate, `<name>#gate`, and [`RwLock::READER_SLOTS`] reader slots,
 /// `<name>#reader-<i>`. A reader takes the gate, then one free reader slot, and lets the gate
 /// go; it holds only its slot. A writer takes the gate and then every reader slot, and holds
 /// them all until it releases. So:
@@ -93,6 +92,10 @@ impl fmt::Debug for RwLock {
 }
 
 impl RwLock {
+    /// How many readers an [`RwLock`] admits at once. Part of the lock's layout: every client
+    /// must agree on it, so it is not an option.
+    pub const READER_SLOTS: u32 = READER_SLOTS;
+
     pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Result<Self> {
         let readers = Semaphore::with_slots(client.clone(), name.clone(), READER_SLOTS, "reader")?;
         // The reader slots' names checked the length; the gate's suffix is shorter.

@@ -149,7 +149,7 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a bad name or schedule (upper bound below
-    /// [`MIN_LEASE`](crate::MIN_LEASE), lower bound above the upper one);
+    /// [`AcquireOptions::MIN_LEASE`](crate::AcquireOptions::MIN_LEASE), lower bound above the upper one);
     /// [`Error::LockLost`] when the lock was lost during the job (the job was stopped), or
     /// found lost when its hold was cut to the lower bound (the job ran, but may not have
     /// been protected to its end); backend errors of the try. A failure to cut the hold is

@@ -15,12 +15,11 @@ use crate::mutex::{Guard, Mutex};
 use crate::name::LockName;
 use crate::options::{AcquireOptions, MAX_DURATION};
 
-/// The most permits a [`Semaphore`] can have: a waiting acquirer waits on every permit slot.
-pub const MAX_PERMITS: u32 = 256;
+/// [`Semaphore::MAX_PERMITS`].
+pub(crate) const MAX_PERMITS: u32 = 256;
 
-/// How often a handle reads its semaphore's registered count again while it acquires, so that
-/// a count changed with [`Semaphore::register_permits`] is seen this long after at most.
-pub const COUNT_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// [`Semaphore::COUNT_CHECK_EVERY`].
+pub(crate) const COUNT_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// A semaphore of `permits` holders at once, made by
 /// [`Locks::semaphore`](crate::Locks::semaphore).
@@ -41,7 +40,7 @@ pub const COUNT_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// Every client must use the same count for a name. The first acquisition of a name registers
 /// its count in the backend (a published record under `<name>#permits`, written under the lock
 /// `<name>#permits`: both names are the semaphore's); a handle reads it at its first
-/// acquisition, again at least every [`COUNT_CHECK_EVERY`] while it acquires, and whenever it
+/// acquisition, again at least every [`Semaphore::COUNT_CHECK_EVERY`] while it acquires, and whenever it
 /// finds all its slots held, and fails with [`Error::InvalidInput`] when it asks with another
 /// count, larger or smaller. [`Semaphore::register_permits`] changes the registered count for
 /// everyone; clients on the old count see it within that interval of their next acquisition.
@@ -92,13 +91,20 @@ pub(crate) fn slot_name(name: &str, kind: &str, index: u32) -> Result<LockName> 
                 "the name is {} bytes long; with its slot suffix (\"#{kind}-{index}\") it must fit \
                  in {} bytes",
                 name.len(),
-                crate::MAX_NAME_BYTES
+                crate::name::MAX_NAME_BYTES
             ),
         )
     })
 }
 
 impl Semaphore {
+    /// The most permits a [`Semaphore`] can have: a waiting acquirer waits on every permit slot.
+    pub const MAX_PERMITS: u32 = MAX_PERMITS;
+
+    /// How often a handle reads its semaphore's registered count again while it acquires, so that
+    /// a count changed with [`Semaphore::register_permits`] is seen this long after at most.
+    pub const COUNT_CHECK_EVERY: Duration = COUNT_CHECK_EVERY;
+
     pub(crate) fn new(client: Arc<ClientInner>, name: String, permits: u32) -> Result<Self> {
         let mut semaphore = Self::with_slots(client, name, permits, "permit")?;
         // Shorter than the slots' suffixes, which fit.
@@ -215,7 +221,7 @@ impl Semaphore {
 
     /// Makes this handle's count the one every client of the name must use: a client that
     /// asks with another count is refused from its next check (its first acquisition, one at
-    /// least [`COUNT_CHECK_EVERY`] after its last check, or one that finds every permit held).
+    /// least [`Semaphore::COUNT_CHECK_EVERY`] after its last check, or one that finds every permit held).
     /// For changing a semaphore's count; the first acquisition of a name registers its count
     /// by itself. Waits without a limit for the registration's lock.
     ///
@@ -233,7 +239,7 @@ impl Semaphore {
         Ok(())
     }
 
-    /// True when this handle's last check of the count is older than [`COUNT_CHECK_EVERY`].
+    /// True when this handle's last check of the count is older than [`Semaphore::COUNT_CHECK_EVERY`].
     fn check_due(&self) -> bool {
         let checked = self
             .checked

@@ -210,6 +210,7 @@ impl SqliteBackend {
 }
 
 /// The path of the file a `sqlite://` URL names.
+#[cfg(feature = "bench")]
 pub(crate) fn path_of(url: &str) -> Result<std::path::PathBuf> {
     url::parse_url(url.strip_prefix("sqlite://").unwrap_or(url)).map(|url| url.path)
 }

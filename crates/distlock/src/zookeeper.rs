@@ -84,6 +84,7 @@ use self::recipes::queue;
 use self::url::ZkUrl;
 pub use self::url::lock_path;
 use self::waiter::{NaiveWaiter, SequentialWaiter};
+#[cfg(feature = "bench")]
 pub(crate) use self::waiter::{watch_grants, watch_notifications};
 
 /// Curator's protected-node prefix.
@@ -283,6 +284,7 @@ impl ZooKeeperBackend {
     ///
     /// # Errors
     /// [`Error::Backend`] when the write fails.
+    #[cfg(feature = "bench")]
     pub(crate) async fn write_round_trip(&self) -> Result<Duration> {
         let shared = &self.shared;
         let session = shared.session();

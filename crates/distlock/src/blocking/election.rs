@@ -66,7 +66,7 @@ impl Election {
     ///
     /// # Errors
     /// - [`Error::InvalidInput`](crate::Error::InvalidInput) for a value over
-    ///   [`MAX_PUBLISHED_VALUE`](crate::MAX_PUBLISHED_VALUE) bytes.
+    ///   [`Published::MAX_VALUE`](crate::backend::Published::MAX_VALUE) bytes.
     /// - [`Error::LockLost`] when a larger term was published first: the leadership ended
     ///   before it began. Nothing is held.
     /// - [`Error::Backend`](crate::Error::Backend) when the backend fails, or the client's

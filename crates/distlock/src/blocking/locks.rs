@@ -76,7 +76,7 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) when the name is empty or longer than
-    /// [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES).
+    /// [`LockName::MAX_BYTES`](crate::LockName::MAX_BYTES).
     pub fn mutex(&self, name: impl Into<String>) -> Result<Mutex> {
         let mutex = self.inner.get().mutex(name)?;
         Ok(Mutex::new(self.inner.with(mutex)))
@@ -86,7 +86,7 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad name, or a count of 0 or
-    /// over [`MAX_PERMITS`](crate::MAX_PERMITS).
+    /// over [`Semaphore::MAX_PERMITS`](crate::Semaphore::MAX_PERMITS).
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Result<Semaphore> {
         let semaphore = self.inner.get().semaphore(name, permits)?;
         Ok(Semaphore::new(self.inner.with(semaphore)))
@@ -105,7 +105,7 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a bad name, a name given twice,
-    /// no names, or more than [`MAX_MULTI_NAMES`](crate::MAX_MULTI_NAMES).
+    /// no names, or more than [`MultiLock::MAX_NAMES`](crate::MultiLock::MAX_NAMES).
     pub fn multi_lock<I, S>(&self, names: I) -> Result<MultiLock>
     where
         I: IntoIterator<Item = S>,
@@ -160,7 +160,7 @@ impl Locks {
     ///
     /// # Errors
     /// [`Error::InvalidInput`](crate::Error::InvalidInput) for a limit of zero or above
-    /// [`MAX_LIST`](crate::MAX_LIST); [`Error::Backend`](crate::Error::Backend) as for
+    /// [`Locks::MAX_LIST`](crate::Locks::MAX_LIST); [`Error::Backend`](crate::Error::Backend) as for
     /// [`Locks::is_locked`].
     pub fn list_held(&self, prefix: &str, limit: usize) -> Result<Vec<String>> {
         let (locks, prefix) = (self.inner.get().clone(), prefix.to_owned());

@@ -9,8 +9,9 @@ use futures_util::StreamExt;
 
 use super::primitives::{PROMPTLY, drop_after_polls};
 use super::{Target, UNLOCK_LEASE, client, faulty_client, unique, unlock_lease_client};
+use crate::backend::MAX_PUBLISHED_VALUE;
 use crate::fault::{Fault, Method};
-use crate::{AcquireOptions, ConnectOptions, Leader, Leadership, LossReason, MAX_PUBLISHED_VALUE};
+use crate::{AcquireOptions, ConnectOptions, Leader, Leadership, LossReason};
 
 /// How long a whole case may take before it counts as hung.
 const CASE_LIMIT: Duration = Duration::from_secs(120);
@@ -481,7 +482,7 @@ pub async fn published_records_keep_the_largest_term(target: &Target) {
     .await;
 }
 
-/// Bad input is refused with a typed error: a value over [`MAX_PUBLISHED_VALUE`] bytes, a
+/// Bad input is refused with a typed error: a value over [`Published::MAX_VALUE`](crate::backend::Published::MAX_VALUE) bytes, a
 /// name too long for its mutex's suffix, a zero observe interval. A value of exactly the
 /// limit, with newlines and non-ASCII text, comes back intact; after a resign nobody leads.
 pub async fn election_refuses_bad_input(target: &Target) {
@@ -501,7 +502,7 @@ pub async fn election_refuses_bad_input(target: &Target) {
         // Also where the election is the lock of its own name: a name is valid on every
         // backend or on none.
         let err = locks
-            .election("n".repeat(crate::MAX_NAME_BYTES))
+            .election("n".repeat(crate::name::MAX_NAME_BYTES))
             .unwrap_err();
         assert!(
             err.is_invalid_input(),

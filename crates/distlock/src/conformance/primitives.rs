@@ -109,7 +109,7 @@ pub async fn semaphore_waits_and_checks_its_count(target: &Target) {
     let name = unique("semaphore_count");
     let locks = client(target).await;
     let other = client(target).await;
-    for bad in [0, crate::MAX_PERMITS + 1] {
+    for bad in [0, crate::semaphore::MAX_PERMITS + 1] {
         let err = locks.semaphore(name.as_str(), bad).unwrap_err();
         assert!(err.is_invalid_input(), "{bad} permits: {err}");
     }
@@ -180,7 +180,7 @@ pub async fn semaphore_waits_and_checks_its_count(target: &Target) {
     );
     // A handle that checked the old count earlier sees the change within its check interval,
     // although it finds free slots.
-    tokio::time::sleep(crate::COUNT_CHECK_EVERY).await;
+    tokio::time::sleep(crate::semaphore::COUNT_CHECK_EVERY).await;
     let err = semaphore.try_acquire().await.unwrap_err();
     assert!(err.is_invalid_input(), "a running 3-permit handle: {err}");
 }

@@ -84,7 +84,7 @@ pub async fn rwlock_queued_writer_blocks_new_readers(target: &Target) {
         }
         loop {
             let mut held = 0;
-            for slot in 0..crate::READER_SLOTS {
+            for slot in 0..crate::rwlock::READER_SLOTS {
                 held += u32::from(
                     locks
                         .is_locked(&format!("{name}#reader-{slot}"))
@@ -92,7 +92,7 @@ pub async fn rwlock_queued_writer_blocks_new_readers(target: &Target) {
                         .unwrap(),
                 );
             }
-            if held == crate::READER_SLOTS
+            if held == crate::rwlock::READER_SLOTS
                 && locks.is_locked(&format!("{name}#gate")).await.unwrap()
             {
                 break;
@@ -129,7 +129,7 @@ pub async fn rwlock_queued_writer_blocks_new_readers(target: &Target) {
             "a second writer beside a write"
         );
     }
-    for slot in (0..crate::READER_SLOTS).filter(|_| !lock.is_native()) {
+    for slot in (0..crate::rwlock::READER_SLOTS).filter(|_| !lock.is_native()) {
         let slot = format!("{name}#reader-{slot}");
         let mutex = other.mutex(slot.as_str()).unwrap();
         assert!(

@@ -10,13 +10,14 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::api::etcdserverpb::{
-    Compare, DeleteRangeRequest, DeleteRangeResponse, LeaseGrantRequest, LeaseGrantResponse,
-    LeaseKeepAliveRequest, LeaseKeepAliveResponse, LeaseRevokeRequest, PutRequest, PutResponse,
-    RangeRequest, RangeResponse, RequestOp, ResponseOp, TxnRequest, TxnResponse,
-    WatchCreateRequest, WatchRequest, WatchResponse, compare, kv_client::KvClient,
-    lease_client::LeaseClient, range_request, request_op, response_op, watch_client::WatchClient,
-    watch_request,
+    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseGrantResponse, LeaseKeepAliveRequest,
+    LeaseKeepAliveResponse, LeaseRevokeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp,
+    ResponseOp, TxnRequest, TxnResponse, WatchCreateRequest, WatchRequest, WatchResponse, compare,
+    kv_client::KvClient, lease_client::LeaseClient, range_request, request_op, response_op,
+    watch_client::WatchClient, watch_request,
 };
+#[cfg(feature = "bench")]
+use super::api::etcdserverpb::{DeleteRangeResponse, PutResponse};
 use super::api::mvccpb::KeyValue;
 
 /// A server's answer, or the gRPC status it failed with.
@@ -111,6 +112,7 @@ impl Rpc {
             .map(Response::into_inner)
     }
 
+    #[cfg(feature = "bench")]
     pub(crate) async fn put(&self, request: PutRequest) -> Answer<PutResponse> {
         KvClient::new(self.channel.clone())
             .put(ask(request))
@@ -118,6 +120,7 @@ impl Rpc {
             .map(Response::into_inner)
     }
 
+    #[cfg(feature = "bench")]
     pub(crate) async fn delete_range(
         &self,
         request: DeleteRangeRequest,

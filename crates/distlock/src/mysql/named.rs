@@ -102,8 +102,8 @@ const CHECK_CHUNK: usize = 256;
 /// server about in one `IS_USED_LOCK` query.
 const LIST_PAGE: usize = 256;
 
-/// The name a lock has on the server. Names of up to [`MAX_SERVER_NAME`] bytes are used as
-/// they are, so that other programs can take the same lock by name. Longer names keep their
+/// The name a lock has on the server. Names of up to 64 bytes (the server's limit) are used
+/// as they are, so that other programs can take the same lock by name. Longer names keep their
 /// first bytes (cut at a character boundary), then `#` and the 64-bit FNV-1a hash of the whole
 /// name (with distlock's domain tag) in 16 hex digits: 64 bytes at most, deterministic.
 pub fn server_lock_name(name: &str) -> String {

@@ -7,6 +7,7 @@ use super::*;
 /// effect: with `zk://` one per release and one per grant after waiting (the mark that
 /// wakes the waiter behind), with `zk+naive://` one per waiter per release. Read through
 /// [`crate::hooks`].
+#[cfg(feature = "bench")]
 pub(crate) fn watch_notifications() -> u64 {
     WATCH_NOTIFICATIONS.load(Ordering::Relaxed)
 }
@@ -15,6 +16,7 @@ static WATCH_NOTIFICATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Grants a waiter in this process took on its watch alone (the node ahead, first in line,
 /// was deleted), with no look at the line after it. Read through [`crate::hooks`].
+#[cfg(feature = "bench")]
 pub(crate) fn watch_grants() -> u64 {
     WATCH_GRANTS.load(Ordering::Relaxed)
 }
