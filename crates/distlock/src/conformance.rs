@@ -40,7 +40,29 @@ mod replies;
 mod run;
 mod rwlocks;
 mod schedule;
-pub mod servers;
+/// The servers the tests run against, listed once: each with the environment variable that
+/// overrides its URL, the URL `scripts/test` starts it at, and a probe that fails (never
+/// skips) naming the server and the command that starts it.
+///
+/// ```no_run
+/// use distlock::conformance::servers;
+///
+/// // In a test: the Redis URL, after checking that its server answers.
+/// let url = servers::REDIS.url();
+/// let spin = servers::with_scheme(&url, "redis+spin");
+/// let unfair = servers::with_query(&url, "fair=false");
+/// # let _ = (spin, unfair);
+/// ```
+pub mod servers {
+    pub use crate::servers::*;
+
+    impl Server {
+        /// A conformance [`Target`](super::Target) at [`Server::url`].
+        pub fn target(&self) -> super::Target {
+            super::Target::new(self.url())
+        }
+    }
+}
 mod stalls;
 mod wire;
 pub use basics::*;

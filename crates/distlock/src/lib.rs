@@ -171,6 +171,8 @@ mod rwlock;
 mod schedule;
 pub mod scheme;
 mod semaphore;
+#[cfg(feature = "conformance")]
+mod servers;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session;
 #[cfg(feature = "sqlite")]

@@ -220,7 +220,7 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
 }
 
 /// The driver's options for the server a `postgres://` URL names, whatever its mode.
-#[cfg(feature = "bench")]
+#[cfg(any(feature = "bench", all(test, feature = "conformance")))]
 pub(crate) fn connect_options(url: &str) -> Result<PgConnectOptions> {
     parse_url(url).map(|(options, _)| options)
 }

@@ -388,8 +388,8 @@ impl Dialect for PgAdvisory {
 }
 
 impl PgAdvisory {
-    /// The dialect of a client of `url`, with the tables made: for the session module's tests
-    /// of faults inside one statement.
+    /// The dialect of a client of `url`, with the tables made: for the tests of faults inside
+    /// one statement (`session_faults.rs`).
     #[cfg(all(test, feature = "conformance"))]
     pub(crate) async fn for_tests(url: &str) -> Self {
         let options = super::connect_options(url).expect("a PostgreSQL URL");

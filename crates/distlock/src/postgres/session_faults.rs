@@ -14,9 +14,9 @@ use tokio::time::Instant;
 
 use super::PgAdvisory;
 use crate::backend::{Acquired, Backend, Extended, Owner, Published, Released, Renewing, Woken};
-use crate::conformance::servers;
 use crate::error::{Error, Result};
 use crate::name::{LockKind, LockName};
+use crate::servers;
 use crate::session::{Dialect, SessionBackend};
 
 /// A dialect whose next `failing_unlocks` unlocks fail without reaching the server, whose
@@ -142,7 +142,7 @@ fn unique(what: &str) -> LockName {
 /// A client on the fault-injecting dialect, and a plain rival client.
 async fn clients() -> (SessionBackend<FailingUnlocks<PgAdvisory>>, Arc<dyn Backend>) {
     let url = servers::POSTGRES.url();
-    let rival = crate::open_backend(&url).await.expect("the rival client");
+    let rival = super::connect(&url).await.expect("the rival client");
     let backend = SessionBackend::new(FailingUnlocks {
         inner: PgAdvisory::for_tests(&url).await,
         failing_unlocks: AtomicU32::new(0),

@@ -7,8 +7,9 @@
 //! cargo test -p distlock --all-features --test suite  # `scripts/test --servers-only` running
 //! ```
 //!
-//! Without `--all-features` (plain `cargo test`) only the modules whose features are on run:
-//! the memory, SQLite and `#[locked]` cases of the default features.
+//! Without `--all-features` only the modules whose features are on are built: plain `cargo
+//! test` runs the `#[locked]` cases, the SQLite set-up and the structure checks of the
+//! default features.
 //!
 //! Two tests are binaries of their own: the compile-error cases of `#[distlock::locked]`
 //! (`tests/locked_ui.rs`, which trybuild builds in a target directory of its own) and the
@@ -25,7 +26,7 @@ mod locked;
 mod sqlite_setup;
 mod structure;
 
-#[cfg(all(feature = "etcd", feature = "conformance"))]
+#[cfg(all(feature = "etcd", feature = "conformance", feature = "bench"))]
 mod etcd;
 
 #[cfg(all(feature = "mysql", feature = "conformance"))]
@@ -66,5 +67,5 @@ mod zookeeper;
 mod zookeeper_curator;
 #[cfg(all(feature = "zookeeper", feature = "conformance"))]
 mod zookeeper_own_ensemble;
-#[cfg(all(feature = "zookeeper", feature = "conformance"))]
+#[cfg(all(feature = "zookeeper", feature = "conformance", feature = "bench"))]
 mod zookeeper_wakeups;

@@ -1,6 +1,7 @@
 //! The library's structure, read from its source: no import cycle between its top-level
 //! modules (DESIGN.md's layer diagram is this graph). A module is a file `src/x.rs` with its
-//! folder `src/x/`; an edge is a `crate::y` path in its code (comments are not code).
+//! folder `src/x/`; an edge is a `crate::y` path in its code (comments are not code), where
+//! `y` is a module or a name the crate root re-exports from one (`crate::Locks` is `client`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -71,11 +72,39 @@ fn named_modules(code: &str) -> BTreeSet<String> {
     names
 }
 
+/// The names the crate root re-exports (`pub use crate::m::{A, B as C};`), and the module
+/// each comes from.
+fn root_reexports(lib: &str) -> BTreeMap<String, String> {
+    let mut names = BTreeMap::new();
+    for statement in lib.split(';') {
+        let Some(at) = statement.find("pub use crate::") else {
+            continue;
+        };
+        let path = &statement[at + "pub use crate::".len()..];
+        let Some((module, rest)) = path.split_once("::") else {
+            continue;
+        };
+        for name in rest
+            .trim_matches(|c: char| c == '{' || c == '}' || c.is_whitespace())
+            .split(',')
+        {
+            let name = name.rsplit(" as ").next().unwrap_or(name);
+            let name = name.rsplit("::").next().unwrap_or(name).trim();
+            if !name.is_empty() {
+                names.insert(name.to_owned(), module.trim().to_owned());
+            }
+        }
+    }
+    names
+}
+
 fn graph() -> Graph {
     let root = source_root();
     let mut files = Vec::new();
     rust_files(&root, &mut files);
     let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(&root, f)).collect();
+    let lib = std::fs::read_to_string(root.join("lib.rs")).expect("read lib.rs");
+    let reexports = root_reexports(&lib);
     let mut graph: Graph = modules
         .iter()
         .map(|m| (m.clone(), BTreeMap::new()))
@@ -91,6 +120,10 @@ fn graph() -> Graph {
             .collect::<Vec<_>>()
             .join("\n");
         for named in named_modules(&code) {
+            let named = match reexports.get(&named) {
+                Some(from) if !modules.contains(&named) => from.clone(),
+                _ => named,
+            };
             if named != module && modules.contains(&named) {
                 graph
                     .get_mut(&module)
@@ -189,4 +222,8 @@ fn the_cycle_finder_finds_a_cycle() {
         named_modules("use crate::{a::{B, x}, c};\nlet y = crate::d::e();"),
         ["a", "c", "d"].map(String::from).into()
     );
+    let reexports = root_reexports("pub use crate::a::{B, C as D};\npub use crate::e::F;");
+    assert_eq!(reexports.get("D").map(String::as_str), Some("a"));
+    assert_eq!(reexports.get("F").map(String::as_str), Some("e"));
+    assert_eq!(reexports.get("C"), None);
 }

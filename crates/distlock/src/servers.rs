@@ -1,18 +1,7 @@
-//! The servers the tests run against, listed once: each with the environment variable that
-//! overrides its URL, the URL `scripts/test` starts it at, and a probe that fails (never
-//! skips) naming the server and the command that starts it.
-//!
-//! ```no_run
-//! use distlock::conformance::servers;
-//!
-//! // In a test: the Redis URL, after checking that its server answers.
-//! let url = servers::REDIS.url();
-//! let spin = servers::with_scheme(&url, "redis+spin");
-//! let unfair = servers::with_query(&url, "fair=false");
-//! # let _ = (spin, unfair);
-//! ```
-
-use super::Target;
+//! The servers the tests run against (published as `distlock::conformance::servers`): each
+//! with the environment variable that overrides its URL, the URL `scripts/test` starts it at,
+//! and a probe. A module of its own, below every backend, so that a backend's unit tests can
+//! name their server without reaching up to the conformance suite.
 
 /// The command that starts every server the tests use.
 pub const START_COMMAND: &str = "scripts/test --servers-only";
@@ -150,11 +139,6 @@ impl Server {
             );
         }
         url
-    }
-
-    /// A conformance [`Target`] at [`Server::url`].
-    pub fn target(&self) -> Target {
-        Target::new(self.url())
     }
 }
 
