@@ -4,13 +4,24 @@
 //!   from the `.proto` files beside it, with a protobuf compiler written in Rust (`protox`),
 //!   so that neither this task nor a build of distlock needs `protoc`. The test of this crate
 //!   regenerates into a temporary folder and fails when the committed code differs.
+//! * `public-api`: writes the public API of `distlock`, one line per item, to `docs/api.txt`
+//!   ([`public_api`]); the test of this crate fails when the committed listing differs.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+mod public_api;
+
 /// Where the etcd API's `.proto` files and their generated Rust code live.
 fn etcd_api_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../distlock/src/etcd/api")
+}
+
+/// The workspace's target directory, where `public-api` has rustdoc write its JSON.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
 }
 
 /// The `.proto` files compiled, relative to [`etcd_api_dir`]; those they import come along.
@@ -34,7 +45,11 @@ fn main() -> ExitCode {
     let task = std::env::args().nth(1);
     let result = match task.as_deref() {
         Some("codegen") => generate_etcd_api(&etcd_api_dir()),
-        _ => Err("usage: cargo run -p xtask -- codegen".to_owned()),
+        Some("public-api") => public_api::current(&target_dir()).and_then(|listing| {
+            let file = public_api::api_file();
+            std::fs::write(&file, listing).map_err(|e| format!("writing {file:?}: {e}"))
+        }),
+        _ => Err("usage: cargo run -p xtask -- codegen | public-api".to_owned()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -78,6 +93,29 @@ mod tests {
                 fresh == committed,
                 "crates/distlock/src/etcd/api/{file} is not what its .proto files generate: \
                  run `cargo run -p xtask -- codegen` and commit the result"
+            );
+        }
+    }
+
+    #[test]
+    fn the_committed_public_api_is_the_crates() {
+        let made = public_api::current(&target_dir()).expect("the public API from rustdoc");
+        let file = public_api::api_file();
+        let committed = std::fs::read_to_string(&file).expect("docs/api.txt");
+        if made != committed {
+            let added: Vec<&str> = made
+                .lines()
+                .filter(|l| !committed.lines().any(|c| c == *l))
+                .collect();
+            let removed: Vec<&str> = committed
+                .lines()
+                .filter(|l| !made.lines().any(|m| m == *l))
+                .collect();
+            panic!(
+                "the public API differs from {file:?}; if the change is meant, run \
+                 `cargo run -p xtask -- public-api` and commit it\nadded:\n  {}\nremoved:\n  {}",
+                added.join("\n  "),
+                removed.join("\n  ")
             );
         }
     }
