@@ -254,10 +254,8 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
     let stop_path = dir.join("stop");
 
     // Locks that end with their connection: a cut may let a rival in before lost() fires.
-    // ZooKeeper sessions and etcd leases outlive a connection.
-    let frees = locks.session().is_some()
-        && !locks.backend_scheme().starts_with("zk")
-        && locks.backend_scheme() != "etcd";
+    // A session with a lease of its own (ZooKeeper's, etcd's) outlives a connection.
+    let frees = locks.session().is_some() && scheme.session_lease.is_none();
     let spawner = Spawner {
         args: &args,
         name,

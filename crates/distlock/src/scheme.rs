@@ -68,6 +68,13 @@ pub struct Scheme {
     /// True when the locks live in this process only (`memory://`): nothing is shared with
     /// another process, so a tool that coordinates processes refuses it.
     pub process_local: bool,
+    /// The port a host of the URL without one means (`None`: no network).
+    pub default_port: Option<u16>,
+    /// True when every connection of a client goes to a host its URL names, so that proxies
+    /// in front of those hosts carry all of its traffic (`distlock check`'s network faults).
+    /// Not so where clients follow the addresses their servers announce (Redis Sentinel and
+    /// Cluster) or check a certificate against the host name (`rediss://`).
+    pub routable: bool,
 }
 
 impl Scheme {
@@ -319,6 +326,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: &[],
         process_local: true,
         session_lease: None,
+        default_port: None,
+        routable: false,
         overlap_limit: None,
     },
     Scheme {
@@ -330,6 +339,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: &[],
         process_local: false,
         session_lease: None,
+        default_port: None,
+        routable: false,
         overlap_limit: None,
     },
     Scheme {
@@ -341,6 +352,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: REDIS_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(6379),
+        routable: true,
         overlap_limit: None,
     },
     Scheme {
@@ -352,6 +365,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: REDIS_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(6379),
+        routable: false,
         overlap_limit: None,
     },
     Scheme {
@@ -363,6 +378,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: REDIS_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(6379),
+        routable: true,
         overlap_limit: None,
     },
     Scheme {
@@ -374,6 +391,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: REDIS_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(26379),
+        routable: false,
         overlap_limit: Some(
             "asynchronous replication: a failover may grant the lock again (docs/backends/redis.md#safety-limits)",
         ),
@@ -387,6 +406,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: REDIS_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(6379),
+        routable: false,
         overlap_limit: Some(
             "asynchronous replication: a shard's failover may grant the lock again (docs/backends/redis.md#safety-limits)",
         ),
@@ -400,6 +421,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: REDIS_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(6379),
+        routable: true,
         overlap_limit: None,
     },
     Scheme {
@@ -411,6 +434,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: &[],
         process_local: false,
         session_lease: Some("session_timeout"),
+        default_port: Some(2181),
+        routable: true,
         overlap_limit: None,
     },
     Scheme {
@@ -422,6 +447,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: &[],
         process_local: false,
         session_lease: Some("session_timeout"),
+        default_port: Some(2181),
+        routable: true,
         overlap_limit: None,
     },
     Scheme {
@@ -433,6 +460,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: POSTGRES_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(5432),
+        routable: true,
         overlap_limit: None,
     },
     Scheme {
@@ -444,6 +473,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: POSTGRES_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(5432),
+        routable: true,
         overlap_limit: None,
     },
     Scheme {
@@ -455,6 +486,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: MYSQL_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(3306),
+        routable: true,
         overlap_limit: None,
     },
     Scheme {
@@ -466,6 +499,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: MYSQL_DRIVER,
         process_local: false,
         session_lease: None,
+        default_port: Some(3306),
+        routable: true,
         overlap_limit: None,
     },
     Scheme {
@@ -477,6 +512,8 @@ pub const SCHEMES: &[Scheme] = &[
         driver_options: &[],
         process_local: false,
         session_lease: Some("lease_ttl"),
+        default_port: Some(2379),
+        routable: true,
         overlap_limit: None,
     },
 ];

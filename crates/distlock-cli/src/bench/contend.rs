@@ -55,8 +55,10 @@ pub async fn phase(
     let duration = Duration::from_secs(args.duration_s);
     let label = format!("{} workers contending", args.workers);
     let contention_start = Instant::now();
+    // A backend that lives in this process is shared by tasks, not by processes.
+    let in_process = distlock::validate_url(&args.backend).is_ok_and(|s| s.process_local);
     let collect = async {
-        if locks.backend_scheme() == "memory" {
+        if in_process {
             contend_in_process(locks, args, &name, duration).await
         } else {
             contend_in_processes(args, &name, duration).await

@@ -64,10 +64,12 @@ pub async fn run(args: BenchArgs) -> CliResult {
                 "--worker-command is empty: give the program to run",
             ));
         }
-        if locks.backend_scheme() == "memory" {
-            return Err(Failure::usage(
-                "--worker-command needs a server backend: memory:// lives in one process",
-            ));
+        let scheme = distlock::validate_url(&args.backend).map_err(Failure::usage)?;
+        if scheme.process_local {
+            return Err(Failure::usage(format!(
+                "--worker-command needs a server backend: {}:// lives in one process",
+                scheme.name
+            )));
         }
     }
     let mut progress = Progress::new(!args.json);

@@ -6,22 +6,11 @@ use distlock::fault::FaultProxy;
 
 use crate::failure::{CliResult, Failure};
 
-/// The schemes whose every connection goes to a host its URL names, so that proxies in front
-/// of those hosts carry all of a worker's traffic, each with the port a host without one
-/// means. Redis Cluster and Sentinel clients connect to the addresses their servers announce,
-/// and TLS checks the host name, so they are not here; SQLite and memory have no network.
-const ROUTABLE: &[(&str, u16)] = &[
-    ("redis", 6379),
-    ("redis+spin", 6379),
-    ("redlock", 6379),
-    ("postgres", 5432),
-    ("postgresql", 5432),
-    ("mysql", 3306),
-    ("mariadb", 3306),
-    ("zk", 2181),
-    ("zk+naive", 2181),
-    ("etcd", 2379),
-];
+/// The schemes whose every connection goes to a host its URL names (the registry's
+/// `routable`), so that proxies in front of those hosts carry all of a worker's traffic.
+fn routable() -> impl Iterator<Item = &'static distlock::Scheme> {
+    distlock::SCHEMES.iter().filter(|scheme| scheme.routable)
+}
 
 /// The parts of a backend URL around its host list.
 #[derive(Debug, PartialEq, Eq)]
@@ -36,7 +25,7 @@ struct Hosts<'a> {
 
 fn split(url: &str) -> CliResult<Hosts<'_>> {
     let refuse = |why: &str| {
-        let schemes: Vec<&str> = ROUTABLE.iter().map(|(scheme, _)| *scheme).collect();
+        let schemes: Vec<&str> = routable().map(|scheme| scheme.name).collect();
         Failure::usage(format!(
             "network faults (cut, partition, lose-reply) need a backend whose connections go to \
              the hosts its URL names ({}): {why}; run the other faults (pause, kill) on {url:?}",
@@ -46,7 +35,10 @@ fn split(url: &str) -> CliResult<Hosts<'_>> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(refuse("the URL has no scheme"));
     };
-    let Some(&(_, default_port)) = ROUTABLE.iter().find(|(known, _)| *known == scheme) else {
+    let Some(default_port) = routable()
+        .find(|known| known.name == scheme)
+        .and_then(|known| known.default_port)
+    else {
         return Err(refuse(&format!("{scheme}:// is not one of them")));
     };
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
