@@ -57,9 +57,9 @@ pub mod servers {
     pub use crate::servers::*;
 
     impl Server {
-        /// A conformance [`Target`](super::Target) at [`Server::url`].
-        pub fn target(&self) -> super::Target {
-            super::Target::new(self.url())
+        /// A conformance [`Target`](crate::conformance::Target) at [`Server::url`].
+        pub fn target(&self) -> crate::conformance::Target {
+            crate::conformance::Target::new(self.url())
         }
     }
 }
