@@ -406,8 +406,9 @@ pub async fn run(mut args: CheckArgs) -> CliResult {
     for fault in &faults {
         *counts.entry(fault.kind()).or_insert(0) += 1;
     }
+    let shown = distlock::redact_url(&args.backend);
     let report = Report {
-        backend: &args.backend,
+        backend: &shown,
         workers: args.workers,
         seconds: started.elapsed().as_secs_f64(),
         faults: counts,

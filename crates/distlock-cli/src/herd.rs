@@ -21,20 +21,33 @@ pub struct Herd {
     pub drain_ms: f64,
 }
 
-/// The zk:// and zk+naive:// URLs of the same ensemble and base path, from either.
-pub fn both_urls(url: &str) -> Option<(String, String)> {
-    let rest = url
-        .strip_prefix("zk://")
-        .or_else(|| url.strip_prefix("zk+naive://"))?;
-    Some((format!("zk://{rest}"), format!("zk+naive://{rest}")))
+/// The scheme and URL of a lock and of its herd variant (`Scheme::herd_variant`), on the same
+/// servers and path, from a URL of either.
+fn both_urls(url: &str) -> Option<[(&'static str, String); 2]> {
+    let (name, rest) = url.split_once("://")?;
+    let lock = distlock::SCHEMES
+        .iter()
+        .find(|s| (s.name == name && s.herd_variant.is_some()) || s.herd_variant == Some(name))?;
+    let variant = lock.herd_variant?;
+    Some([
+        (lock.name, format!("{}://{rest}", lock.name)),
+        (variant, format!("{variant}://{rest}")),
+    ])
 }
 
 /// Measures both locks with each waiter count.
 pub async fn measure(url: &str, run_id: &str, counts: &[usize]) -> CliResult<Vec<Herd>> {
-    let Some((sequential, naive)) = both_urls(url) else {
-        return Err(Failure::usage(
-            "--herd measures ZooKeeper's watch notifications; use it with a zk:// backend",
-        ));
+    let Some(locks) = both_urls(url) else {
+        let with: Vec<String> = distlock::SCHEMES
+            .iter()
+            .filter(|s| s.herd_variant.is_some())
+            .map(|s| format!("{}://", s.name))
+            .collect();
+        return Err(Failure::usage(format!(
+            "--herd measures watch notifications per release against a lock whose waiters \
+             all watch it; use it with a {} backend",
+            with.join(" or ")
+        )));
     };
     if let Some(bad) = counts.iter().find(|&&n| !(1..=256).contains(&n)) {
         return Err(Failure::usage(format!(
@@ -43,7 +56,7 @@ pub async fn measure(url: &str, run_id: &str, counts: &[usize]) -> CliResult<Vec
     }
     let mut figures = Vec::new();
     for &waiters in counts {
-        for (lock, url) in [("zk", &sequential), ("zk+naive", &naive)] {
+        for (lock, url) in locks.iter().map(|(lock, url)| (*lock, url.as_str())) {
             let name = format!("bench/{run_id}/herd/{lock}/{waiters}");
             figures.push(once(lock, url, &name, waiters).await?);
         }
@@ -89,19 +102,4 @@ async fn once(lock: &'static str, url: &str, name: &str, waiters: usize) -> CliR
         per_release: notifications as f64 / releases.max(1) as f64,
         drain_ms,
     })
-}
-
-/// The write round trip of a ZooKeeper ensemble (see
-/// `distlock::hooks::zookeeper_write_round_trip`), `samples` times.
-pub async fn write_round_trips(url: &str, samples: u64) -> CliResult<Vec<Duration>> {
-    let backend = distlock::zookeeper::ZooKeeperBackend::connect(url).await?;
-    let mut times = Vec::new();
-    let start = Instant::now();
-    for _ in 0..samples {
-        times.push(distlock::hooks::zookeeper_write_round_trip(&backend).await?);
-        if start.elapsed() > Duration::from_secs(30) {
-            break;
-        }
-    }
-    Ok(times)
 }

@@ -228,6 +228,15 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// True when a try that finds a lock busy holds up the client's other requests, because
+    /// its attempts queue on server connections it shares (every PostgreSQL and MySQL mode:
+    /// the session locks' primary connection, the table modes' pool): a caller that could try
+    /// several locks then tries few ([`SegmentedStock`](crate::stock::SegmentedStock)). A
+    /// backend that wraps another forwards it. Default: false.
+    fn attempts_share_a_connection(&self) -> bool {
+        false
+    }
+
     /// Which of `locks` their owners still hold, changing nothing. The client asks after the
     /// backend reported a lost session ([`Backend::session`]). The default asks
     /// [`Backend::holds`] once per lock.
@@ -381,6 +390,14 @@ pub trait ReleaseWaiter: Send {
     /// ask again. Dropping a waiter that was handed the lock but did not return it gives the
     /// lock back.
     async fn wait(&mut self, max: Duration) -> Woken;
+
+    /// Leaves the queue now, when the caller gives up waiting: what dropping the waiter does
+    /// in the background, done before the caller answers, so that its next attempt (or
+    /// another owner's) is not refused by a queue entry still on its way out. Best effort:
+    /// what fails here (or takes longer than the second the acquire loop gives it) is still
+    /// left to the drop. The default does nothing, for waiters that keep no entry on the
+    /// server.
+    async fn leave(&mut self) {}
 }
 
 /// What ended a [`ReleaseWaiter::wait`].

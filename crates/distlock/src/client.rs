@@ -220,6 +220,11 @@ impl Locks {
         crate::cleanup::settled(within).await
     }
 
+    /// See [`Backend::attempts_share_a_connection`].
+    pub(crate) fn attempts_share_a_connection(&self) -> bool {
+        self.inner.backend.attempts_share_a_connection()
+    }
+
     /// The backend's URL scheme.
     pub fn backend_scheme(&self) -> &'static str {
         self.inner.backend.scheme()

@@ -224,10 +224,7 @@ impl Election {
         };
         let mutex = Mutex::new(self.client.clone(), lock, None);
         let Some(guard) = mutex.acquire_inner(options).await? else {
-            return Err(Error::Timeout {
-                name: self.name.to_string(),
-                waited: start.elapsed(),
-            });
+            return Err(Error::timed_out(&self.name, start));
         };
         if self.native {
             return Ok(Leadership {

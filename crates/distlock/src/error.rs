@@ -83,6 +83,19 @@ pub enum Error {
         reason: String,
     },
 
+    /// The server refused this client's identity: a wrong password or an unknown user, or a
+    /// lock path that belongs to another identity (ZooKeeper's node ACLs). Says what to fix;
+    /// retrying with the same URL does not help.
+    #[error("the {backend} server refused to let this client {operation}: {reason}")]
+    NotAuthorized {
+        /// The backend, as its URL scheme names it.
+        backend: &'static str,
+        /// What distlock was doing.
+        operation: &'static str,
+        /// What the server said, and what to change.
+        reason: String,
+    },
+
     /// The backend's server or storage failed, or could not be reached.
     #[error("{backend} backend failed while trying to {operation}: {source}")]
     Backend {
@@ -165,14 +178,47 @@ impl Error {
         matches!(self, Error::InvalidInput { .. })
     }
 
+    /// True when the server refused the client's identity ([`Error::NotAuthorized`]).
+    pub fn is_not_authorized(&self) -> bool {
+        matches!(self, Error::NotAuthorized { .. })
+    }
+
     /// True when the backend failed ([`Error::Backend`]); such errors may pass on retry.
     pub fn is_backend(&self) -> bool {
         matches!(self, Error::Backend { .. })
     }
 
+    /// The wait for the lock `name`, begun at `start`, ran out.
+    pub(crate) fn timed_out(name: impl ToString, start: tokio::time::Instant) -> Self {
+        Error::Timeout {
+            name: name.to_string(),
+            waited: start.elapsed(),
+        }
+    }
+
     pub(crate) fn invalid(what: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidInput {
             what,
+            reason: reason.into(),
+        }
+    }
+
+    /// The server refused the client's identity, while distlock was doing `operation`;
+    /// `reason` says what it said and what to change.
+    #[cfg(any(
+        feature = "redis",
+        feature = "zookeeper",
+        feature = "postgres",
+        feature = "mysql"
+    ))]
+    pub(crate) fn not_authorized(
+        backend: &'static str,
+        operation: &'static str,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::NotAuthorized {
+            backend,
+            operation,
             reason: reason.into(),
         }
     }

@@ -42,6 +42,8 @@
 //! client takes a new lease.
 
 pub(crate) mod api;
+#[cfg(feature = "bench")]
+mod bare;
 mod held;
 mod lease;
 mod list;
@@ -52,7 +54,7 @@ mod state;
 pub(crate) mod url;
 mod waiter;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex as StdMutex, Weak};
 use std::time::Duration;
@@ -69,7 +71,7 @@ use crate::error::{Error, Result};
 use crate::name::{LockKind, LockName};
 
 use self::rpc::Rpc;
-use self::state::{Node, Orphan, Queued, State, no_lease};
+use self::state::{Node, Orphan, State, no_lease};
 use self::url::EtcdUrl;
 use self::waiter::EtcdWaiter;
 
@@ -146,16 +148,14 @@ impl EtcdBackend {
             shared.rpc.clone(),
             changes,
         ));
-        tokio::spawn(crate::reaper::run(
-            Arc::downgrade(&shared),
-            shared.reaper.clone(),
-        ));
+        crate::reaper::spawn(&shared, &shared.reaper);
         Ok(EtcdBackend { shared })
     }
 
     /// Times the cheapest write: a put of one key under the client's lease. Every grant and
     /// release is a write that the cluster commits before it answers, so this is the floor
-    /// under their cost. Read through [`crate::hooks`].
+    /// under their cost. Measured through the driver's `write_round_trips`
+    /// ([`crate::hooks::write_round_trips`]).
     ///
     /// # Errors
     /// [`Error::Backend`] when the write fails.
@@ -203,6 +203,22 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
     EtcdUrl::parse(url).map(drop)
 }
 
+/// Write round trips for the driver: a put of one key under the client's lease, the unit of
+/// an etcd handoff.
+#[cfg(feature = "bench")]
+async fn write_round_trips(url: &str, samples: u64) -> Result<Vec<Duration>> {
+    let backend = EtcdBackend::connect(url).await?;
+    crate::driver::sampled(samples, || backend.write_round_trip()).await
+}
+
+crate::driver::driver!(
+    Etcd,
+    check_url: check_url,
+    open: connect,
+    bare: bare::open,
+    write_round_trips: write_round_trips,
+);
+
 #[async_trait]
 impl Backend for EtcdBackend {
     fn scheme(&self) -> &'static str {
@@ -242,29 +258,9 @@ impl Backend for EtcdBackend {
         let shared = self.shared.clone();
         let status = shared.status.subscribe();
         let lock_prefix = shared.lock_prefix(name);
-        let id = {
-            let mut state = shared.state();
-            state.next_waiter += 1;
-            let id = state.next_waiter;
-            let generation = state.generation;
-            state.waiters.insert(
-                id,
-                Queued {
-                    name: name.clone(),
-                    owner: owner.clone(),
-                    node: None,
-                    generation,
-                },
-            );
-            id
-        };
         Ok(Box::new(EtcdWaiter {
-            shared,
-            id,
-            name: name.clone(),
-            owner: owner.clone(),
+            place: crate::queue::Place::join(shared, name, owner, lease),
             lock_prefix,
-            lease,
             status,
         }))
     }
@@ -289,7 +285,7 @@ impl Backend for EtcdBackend {
                     Some(held.holds)
                 }
                 Some(held) if held.key == node.key => {
-                    let watch = held.watch;
+                    let watch = held.extra.watch;
                     state.held.remove(&key);
                     drop(state);
                     shared.unwatch(watch);

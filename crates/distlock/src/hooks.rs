@@ -3,15 +3,7 @@
 
 use crate::client::Locks;
 
-/// The bare baselines of `distlock bench --compare` (with at least one server backend).
-#[cfg(any(
-    feature = "redis",
-    feature = "postgres",
-    feature = "mysql",
-    feature = "zookeeper",
-    feature = "etcd",
-    feature = "sqlite"
-))]
+/// The bare baselines of `distlock bench --compare`.
 pub use crate::bare::Bare;
 
 /// How many renewal requests `locks` has sent (each renews up to 1000 locks).
@@ -33,28 +25,22 @@ pub fn zookeeper_watch_grants() -> u64 {
     crate::zookeeper::watch_grants()
 }
 
-/// One ZooKeeper write round trip of `backend` (a `setData` on its base node): the unit of a
-/// ZooKeeper handoff.
+/// Up to `samples` round trips (at most 30 s of them) of the replicated write that each grant
+/// and release costs on the backend `url` names, for a backend whose every grant is one: a
+/// `setData` on ZooKeeper's base node, a put under etcd's lease. `None` for the others.
 ///
 /// # Errors
-/// [`Error::Backend`](crate::Error::Backend) when the write fails.
-#[cfg(feature = "zookeeper")]
-pub async fn zookeeper_write_round_trip(
-    backend: &crate::zookeeper::ZooKeeperBackend,
-) -> crate::Result<std::time::Duration> {
-    backend.write_round_trip().await
-}
-
-/// One etcd write round trip of `backend` (a put of one key under its lease): the unit of an
-/// etcd handoff.
-///
-/// # Errors
-/// [`Error::Backend`](crate::Error::Backend) when the write fails.
-#[cfg(feature = "etcd")]
-pub async fn etcd_write_round_trip(
-    backend: &crate::etcd::EtcdBackend,
-) -> crate::Result<std::time::Duration> {
-    backend.write_round_trip().await
+/// [`Error::InvalidInput`](crate::Error::InvalidInput) for a malformed URL,
+/// [`Error::Backend`](crate::Error::Backend) when connecting or a write fails.
+pub async fn write_round_trips(
+    url: &str,
+    samples: u64,
+) -> crate::Result<Option<Vec<std::time::Duration>>> {
+    let (_, driver) = crate::open::checked(url)?;
+    match driver.write_round_trips {
+        Some(measure) => measure(url, samples).await.map(Some),
+        None => Ok(None),
+    }
 }
 
 /// How many etcd transactions that read held keys (renewals while the held keys' watch is

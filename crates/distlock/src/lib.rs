@@ -115,17 +115,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
-#[cfg(all(
-    feature = "bench",
-    any(
-        feature = "redis",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "zookeeper",
-        feature = "etcd",
-        feature = "sqlite"
-    )
-))]
+#[cfg(feature = "bench")]
 mod bare;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
@@ -135,6 +125,7 @@ mod client;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 mod describe;
+mod driver;
 mod election;
 mod error;
 #[cfg(feature = "etcd")]
@@ -156,8 +147,11 @@ pub mod mysql;
 mod name;
 mod open;
 mod options;
+mod percent;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+mod queue;
 #[cfg(any(
     feature = "postgres",
     feature = "mysql",
@@ -165,6 +159,7 @@ pub mod postgres;
     feature = "etcd"
 ))]
 mod reaper;
+mod redact;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod rwlock;
@@ -192,6 +187,7 @@ pub use crate::mutex::{Guard, Holder, Mutex};
 pub use crate::name::{LockKind, LockName};
 pub use crate::open::{open_backend, validate_url};
 pub use crate::options::{AcquireOptions, ConnectOptions};
+pub use crate::redact::redact_url;
 pub use crate::rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use crate::schedule::Schedule;
 pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};

@@ -135,10 +135,7 @@ impl MultiLock {
         let start = Instant::now();
         self.acquire_inner(options)
             .await?
-            .ok_or_else(|| Error::Timeout {
-                name: self.names().collect::<Vec<_>>().join(", "),
-                waited: start.elapsed(),
-            })
+            .ok_or_else(|| Error::timed_out(self.names().collect::<Vec<_>>().join(", "), start))
     }
 
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<MultiGuard>> {

@@ -99,13 +99,9 @@ impl Mutex {
     /// Cancel safe, as [`Mutex::acquire`].
     pub async fn acquire_with(&self, options: AcquireOptions) -> Result<Guard> {
         let start = Instant::now();
-        match self.acquire_inner(options).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::Timeout {
-                name: self.name.to_string(),
-                waited: start.elapsed(),
-            }),
-        }
+        self.acquire_inner(options)
+            .await?
+            .ok_or_else(|| Error::timed_out(&self.name, start))
     }
 
     pub(crate) async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<Guard>> {

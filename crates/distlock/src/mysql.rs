@@ -55,6 +55,8 @@ use async_trait::async_trait;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool};
 use tokio::sync::watch;
 
+#[cfg(feature = "bench")]
+mod bare;
 mod named;
 mod published;
 mod setup;
@@ -186,7 +188,25 @@ pub(crate) fn limit_u64(limit: usize) -> u64 {
 }
 
 pub(crate) fn db_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
-    move |e| Error::backend(SCHEME, operation, e)
+    move |e| {
+        // Access denied for the user (1045), to the database (1044), or a connection without
+        // TLS where the server requires it (3159).
+        let refused = match &e {
+            sqlx::Error::Database(db) => db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .filter(|db| matches!(db.number(), 1044 | 1045 | 3159))
+                .map(|db| format!("{} ({})", db.message(), db.number())),
+            _ => None,
+        };
+        match refused {
+            Some(message) => Error::not_authorized(
+                SCHEME,
+                operation,
+                format!("{message}: check the URL's user, password and ssl-mode"),
+            ),
+            None => Error::backend(SCHEME, operation, e),
+        }
+    }
 }
 
 fn micros(duration: Duration) -> i64 {
@@ -226,7 +246,10 @@ fn parse_url(url: &str) -> Result<(MySqlConnectOptions, Mode)> {
     let options = MySqlConnectOptions::from_str(&url).map_err(|e| {
         Error::invalid(
             "URL",
-            format!("{url:?} is not a MySQL URL ({e}); write mysql://user:password@host:3306/db"),
+            format!(
+                "{:?} is not a MySQL URL ({e}); write mysql://user:password@host:3306/db",
+                crate::redact::shown(&url)
+            ),
         )
     })?;
     // Lease arithmetic reads the server's clock as UTC (no daylight-saving shifts).
@@ -300,8 +323,14 @@ impl MySqlTableBackend {
     }
 }
 
+crate::driver::driver!(MySql, check_url: check_url, open: connect, bare: bare::open);
+
 #[async_trait]
 impl Backend for MySqlTableBackend {
+    fn attempts_share_a_connection(&self) -> bool {
+        true
+    }
+
     fn scheme(&self) -> &'static str {
         SCHEME
     }

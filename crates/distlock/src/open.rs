@@ -1,11 +1,52 @@
-//! Opening a backend by URL: the one place that maps a scheme's [`BackendKind`] to the
-//! backend module that checks and opens it. Everything else asks [`crate::scheme`].
+//! Opening a backend by URL: the list of the backends compiled in, each reached through its
+//! [`Driver`]. Nothing here names a scheme; [`crate::scheme`] lists those.
 
 use std::sync::Arc;
 
 use crate::backend::Backend;
+use crate::driver::Driver;
 use crate::error::{Error, Result};
-use crate::scheme::{BackendKind, Scheme, connect_timeout, of_url};
+use crate::scheme::{Scheme, connect_timeout, of_url};
+
+/// Every backend of this build.
+const DRIVERS: &[&Driver] = &[
+    &crate::memory::DRIVER,
+    #[cfg(feature = "sqlite")]
+    &crate::sqlite::DRIVER,
+    #[cfg(feature = "redis")]
+    &crate::redis::DRIVER,
+    #[cfg(feature = "redis")]
+    &crate::redis::redlock::DRIVER,
+    #[cfg(feature = "zookeeper")]
+    &crate::zookeeper::DRIVER,
+    #[cfg(feature = "postgres")]
+    &crate::postgres::DRIVER,
+    #[cfg(feature = "mysql")]
+    &crate::mysql::DRIVER,
+    #[cfg(feature = "etcd")]
+    &crate::etcd::DRIVER,
+];
+
+/// The driver of `scheme`, or the error saying which feature would compile it in.
+pub(crate) fn driver(scheme: &'static Scheme) -> Result<&'static Driver> {
+    DRIVERS
+        .iter()
+        .copied()
+        .find(|driver| driver.kind == scheme.kind)
+        .ok_or_else(|| Error::FeatureDisabled {
+            scheme: scheme.name.into(),
+            feature: scheme.feature.unwrap_or_default(),
+        })
+}
+
+/// The scheme of `url` and its driver, the URL checked as [`validate_url`] checks it.
+pub(crate) fn checked(url: &str) -> Result<(&'static Scheme, &'static Driver)> {
+    let (scheme, _) = of_url(url)?;
+    connect_timeout(url)?;
+    let driver = driver(scheme)?;
+    (driver.check_url)(url)?;
+    Ok((scheme, driver))
+}
 
 /// Checks `url` as [`connect`](crate::connect) would, without connecting: its scheme, the
 /// keys and values of its query, and the backend's own form (hosts, ports, paths). For a
@@ -22,47 +63,7 @@ use crate::scheme::{BackendKind, Scheme, connect_timeout, of_url};
 /// [`Error::InvalidInput`] saying what is wrong and what is accepted;
 /// [`Error::FeatureDisabled`] as [`connect`](crate::connect).
 pub fn validate_url(url: &str) -> Result<&'static Scheme> {
-    let (scheme, _) = of_url(url)?;
-    connect_timeout(url)?;
-    match scheme.kind {
-        BackendKind::Memory => {}
-        #[cfg(feature = "sqlite")]
-        BackendKind::Sqlite => {
-            crate::sqlite::check_url(url)?;
-        }
-        #[cfg(feature = "redis")]
-        BackendKind::Redis => {
-            crate::redis::deployment::check_url(url)?;
-        }
-        #[cfg(feature = "redis")]
-        BackendKind::Redlock => {
-            crate::redis::redlock::check_url(url)?;
-        }
-        #[cfg(feature = "zookeeper")]
-        BackendKind::ZooKeeper => {
-            crate::zookeeper::check_url(url)?;
-        }
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => {
-            crate::postgres::check_url(url)?;
-        }
-        #[cfg(feature = "mysql")]
-        BackendKind::MySql => {
-            crate::mysql::check_url(url)?;
-        }
-        #[cfg(feature = "etcd")]
-        BackendKind::Etcd => {
-            crate::etcd::check_url(url)?;
-        }
-        #[allow(unreachable_patterns)]
-        _ => {
-            return Err(Error::FeatureDisabled {
-                scheme: scheme.name.into(),
-                feature: scheme.feature.unwrap_or_default(),
-            });
-        }
-    }
-    Ok(scheme)
+    checked(url).map(|(scheme, _)| scheme)
 }
 
 /// Opens the backend a URL names, without a client around it: for wrappers such as
@@ -74,7 +75,8 @@ pub fn validate_url(url: &str) -> Result<&'static Scheme> {
 pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
     let (scheme, _) = of_url(url)?;
     let limit = connect_timeout(url)?;
-    match tokio::time::timeout(limit, open_scheme(scheme, url)).await {
+    let driver = driver(scheme)?;
+    match tokio::time::timeout(limit, (driver.open)(url)).await {
         Ok(opened) => opened,
         // Dropping a connect midway leaves no lock: it has taken none yet.
         Err(_) => Err(Error::backend(
@@ -85,30 +87,5 @@ pub async fn open_backend(url: &str) -> Result<Arc<dyn Backend>> {
                  answers at that address, or raise ?connect_timeout="
             ),
         )),
-    }
-}
-
-async fn open_scheme(scheme: &'static Scheme, url: &str) -> Result<Arc<dyn Backend>> {
-    match scheme.kind {
-        BackendKind::Memory => crate::memory::connect(url).await,
-        #[cfg(feature = "sqlite")]
-        BackendKind::Sqlite => crate::sqlite::connect(url).await,
-        #[cfg(feature = "redis")]
-        BackendKind::Redis => crate::redis::connect(url).await,
-        #[cfg(feature = "redis")]
-        BackendKind::Redlock => crate::redis::redlock::connect(url).await,
-        #[cfg(feature = "zookeeper")]
-        BackendKind::ZooKeeper => crate::zookeeper::connect(url).await,
-        #[cfg(feature = "etcd")]
-        BackendKind::Etcd => crate::etcd::connect(url).await,
-        #[cfg(feature = "postgres")]
-        BackendKind::Postgres => crate::postgres::connect(url).await,
-        #[cfg(feature = "mysql")]
-        BackendKind::MySql => crate::mysql::connect(url).await,
-        #[allow(unreachable_patterns)]
-        _ => Err(Error::FeatureDisabled {
-            scheme: scheme.name.into(),
-            feature: scheme.feature.unwrap_or_default(),
-        }),
     }
 }

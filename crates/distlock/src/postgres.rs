@@ -59,6 +59,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 mod advisory;
+#[cfg(feature = "bench")]
+mod bare;
 mod published;
 #[cfg(all(test, feature = "conformance"))]
 mod session_faults;
@@ -67,7 +69,7 @@ mod xact;
 
 use self::setup::{PoolFor, make_tables, open_pool};
 
-#[cfg(test)]
+#[cfg(all(test, feature = "conformance"))]
 use self::advisory::PgAdvisory;
 pub(crate) use self::advisory::PgAdvisoryBackend;
 pub use self::advisory::advisory_key;
@@ -174,7 +176,27 @@ pub(crate) fn limit_i64(limit: usize) -> i64 {
 }
 
 pub(crate) fn db_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
-    move |e| Error::backend(SCHEME, operation, e)
+    move |e| {
+        let reason = match &e {
+            sqlx::Error::Database(db) => match db.code().as_deref() {
+                Some("28P01") => Some(
+                    "the server refused the URL's user and password (28P01): check them".to_owned(),
+                ),
+                // pg_hba.conf has no entry that lets this connection in: often one without
+                // TLS where the server requires it.
+                Some("28000") => Some(format!(
+                    "{} (28000): check the URL's user, database and sslmode",
+                    db.message()
+                )),
+                _ => None,
+            },
+            _ => None,
+        };
+        match reason {
+            Some(reason) => Error::not_authorized(SCHEME, operation, reason),
+            None => Error::backend(SCHEME, operation, e),
+        }
+    }
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -244,7 +266,8 @@ fn parse_url(url: &str) -> Result<(PgConnectOptions, Mode)> {
         Error::invalid(
             "URL",
             format!(
-                "{url:?} is not a PostgreSQL URL ({e}); write postgres://user:password@host:5432/db"
+                "{:?} is not a PostgreSQL URL ({e}); write postgres://user:password@host:5432/db",
+                crate::redact::shown(&url)
             ),
         )
     })?;
@@ -333,7 +356,10 @@ impl PostgresBackend {
             (options, Mode::Table) => Self::connect_with(options).await,
             (_, Mode::Advisory | Mode::Transaction) => Err(Error::invalid(
                 "URL",
-                format!("{url:?}: the table-record lock needs ?mode=table"),
+                format!(
+                    "{:?}: the table-record lock needs ?mode=table",
+                    crate::redact::shown(url)
+                ),
             )),
         }
     }
@@ -399,8 +425,20 @@ async fn listen(
     }
 }
 
+crate::driver::driver!(
+    Postgres,
+    check_url: check_url,
+    open: connect,
+    bare: bare::open,
+    bare_applies: bare::applies,
+);
+
 #[async_trait]
 impl Backend for PostgresBackend {
+    fn attempts_share_a_connection(&self) -> bool {
+        true
+    }
+
     fn scheme(&self) -> &'static str {
         SCHEME
     }

@@ -31,8 +31,14 @@ pub(crate) trait Reap: Send + Sync + 'static {
     fn reap(&self, work: Vec<Self::Work>) -> impl Future<Output = bool> + Send;
 }
 
+/// Starts the reaper of `shared` in a task of its own, which ends when `shared` is dropped;
+/// a notification of `wake` says that new work is due.
+pub(crate) fn spawn<S: Reap>(shared: &Arc<S>, wake: &Arc<Notify>) {
+    tokio::spawn(run(Arc::downgrade(shared), wake.clone()));
+}
+
 /// Runs the reaper of `shared` until it is dropped; `wake` says that new work is due.
-pub(crate) async fn run<S: Reap>(shared: Weak<S>, wake: Arc<Notify>) {
+async fn run<S: Reap>(shared: Weak<S>, wake: Arc<Notify>) {
     let mut retry_at: Option<Instant> = None;
     loop {
         let notified = wake.notified();

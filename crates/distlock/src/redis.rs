@@ -50,6 +50,8 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
+#[cfg(feature = "bench")]
+mod bare;
 mod connect;
 pub(crate) mod deployment;
 mod hub;
@@ -140,7 +142,43 @@ impl fmt::Debug for RedisBackend {
 }
 
 fn backend_error(operation: &'static str) -> impl FnOnce(redis::RedisError) -> Error {
-    move |error| Error::backend(SCHEME, operation, error)
+    move |error| {
+        refused(operation, &error).unwrap_or_else(|| Error::backend(SCHEME, operation, error))
+    }
+}
+
+/// [`Error::NotAuthorized`] when the server refused the URL's credentials (`WRONGPASS`), asked
+/// for credentials the URL did not give (`NOAUTH`), or its ACL denied a command or key that
+/// distlock needs (`NOPERM`, or inside a script the `ERR` that says the user executing it
+/// can't); `None` for any other error. Decided by the reply's code, never by words a reply
+/// may echo (a key, a lock name).
+pub(crate) fn refused(operation: &'static str, error: &redis::RedisError) -> Option<Error> {
+    let code = error.code().unwrap_or_default();
+    let detail = error.detail().unwrap_or_default();
+    let in_script = code == "ERR" && detail.starts_with("The user executing the script can't");
+    let reason = if error.kind() == redis::ErrorKind::AuthenticationFailed || code == "WRONGPASS" {
+        "Redis refused the URL's user and password (WRONGPASS): check them, and that the user \
+         is enabled"
+            .to_owned()
+    } else if code == "NOAUTH" {
+        "the server requires a password (NOAUTH): give it in the URL, \
+         redis://user:password@host:6379/"
+            .to_owned()
+    } else if code == "NOPERM" || in_script {
+        format!(
+            "the server's ACL does not let the URL's user run a command or touch a key the lock \
+             needs (NOPERM: {}): grant the commands and the key and channel pattern distlock:* \
+             that docs/security.md lists",
+            if detail.is_empty() {
+                "no detail"
+            } else {
+                detail
+            }
+        )
+    } else {
+        return None;
+    };
+    Some(Error::not_authorized(SCHEME, operation, reason))
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -176,6 +214,14 @@ fn acquired(reply: &[i64]) -> Result<Acquired> {
 pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(RedisBackend::connect(url).await?))
 }
+
+crate::driver::driver!(
+    Redis,
+    check_url: deployment::check_url,
+    open: connect,
+    bare: bare::open,
+    bare_applies: bare::applies,
+);
 
 #[async_trait]
 impl Backend for RedisBackend {

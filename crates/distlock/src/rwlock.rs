@@ -154,7 +154,7 @@ impl RwLock {
         let start = Instant::now();
         self.read_inner(options)
             .await?
-            .ok_or_else(|| self.timeout(start))
+            .ok_or_else(|| Error::timed_out(&self.name, start))
     }
 
     /// Waits for the exclusive write lock, without a limit, held with the client's renewed
@@ -192,14 +192,7 @@ impl RwLock {
         let start = Instant::now();
         self.write_inner(options)
             .await?
-            .ok_or_else(|| self.timeout(start))
-    }
-
-    fn timeout(&self, start: Instant) -> Error {
-        Error::Timeout {
-            name: self.name.to_string(),
-            waited: start.elapsed(),
-        }
+            .ok_or_else(|| Error::timed_out(&self.name, start))
     }
 
     /// The gate, acquired as a new owner with `options`.

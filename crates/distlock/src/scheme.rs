@@ -75,6 +75,10 @@ pub struct Scheme {
     /// Not so where clients follow the addresses their servers announce (Redis Sentinel and
     /// Cluster) or check a certificate against the host name (`rediss://`).
     pub routable: bool,
+    /// The scheme of the same backend whose waiters all watch the lock itself instead of the
+    /// waiter before them: the herd effect (`distlock bench --herd`) measured against this
+    /// scheme's lock (`zk` against `zk+naive`).
+    pub herd_variant: Option<&'static str>,
 }
 
 impl Scheme {
@@ -328,6 +332,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: None,
         routable: false,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -341,6 +346,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: None,
         routable: false,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -354,6 +360,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(6379),
         routable: true,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -367,6 +374,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(6379),
         routable: false,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -380,6 +388,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(6379),
         routable: true,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -393,6 +402,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(26379),
         routable: false,
+        herd_variant: None,
         overlap_limit: Some(
             "asynchronous replication: a failover may grant the lock again (docs/backends/redis.md#safety-limits)",
         ),
@@ -408,6 +418,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(6379),
         routable: false,
+        herd_variant: None,
         overlap_limit: Some(
             "asynchronous replication: a shard's failover may grant the lock again (docs/backends/redis.md#safety-limits)",
         ),
@@ -423,6 +434,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(6379),
         routable: true,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -436,6 +448,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: Some("session_timeout"),
         default_port: Some(2181),
         routable: true,
+        herd_variant: Some("zk+naive"),
         overlap_limit: None,
     },
     Scheme {
@@ -449,6 +462,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: Some("session_timeout"),
         default_port: Some(2181),
         routable: true,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -462,6 +476,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(5432),
         routable: true,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -475,6 +490,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(5432),
         routable: true,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -488,6 +504,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(3306),
         routable: true,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -501,6 +518,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: None,
         default_port: Some(3306),
         routable: true,
+        herd_variant: None,
         overlap_limit: None,
     },
     Scheme {
@@ -514,6 +532,7 @@ pub const SCHEMES: &[Scheme] = &[
         session_lease: Some("lease_ttl"),
         default_port: Some(2379),
         routable: true,
+        herd_variant: None,
         overlap_limit: None,
     },
 ];
@@ -545,7 +564,8 @@ pub(crate) fn of_url(url: &str) -> Result<(&'static Scheme, &str)> {
         return Err(Error::invalid(
             "URL",
             format!(
-                "{url:?} has no scheme; write it as {}",
+                "{:?} has no scheme; write it as {}",
+                crate::redact::shown(url),
                 SCHEMES
                     .iter()
                     .filter(|s| s.is_available())
@@ -571,7 +591,11 @@ pub(crate) fn of_url(url: &str) -> Result<(&'static Scheme, &str)> {
     Ok((scheme, rest))
 }
 
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+mod hosts;
 mod query;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) use hosts::host_list;
 pub(crate) use query::Query;
 
 #[cfg(test)]

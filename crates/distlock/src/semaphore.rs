@@ -188,13 +188,9 @@ impl Semaphore {
     /// Cancel safe, as [`Semaphore::acquire`].
     pub async fn acquire_with(&self, options: AcquireOptions) -> Result<Guard> {
         let start = Instant::now();
-        match self.acquire_inner(options).await? {
-            Some(guard) => Ok(guard),
-            None => Err(Error::Timeout {
-                name: self.name.to_string(),
-                waited: start.elapsed(),
-            }),
-        }
+        self.acquire_inner(options)
+            .await?
+            .ok_or_else(|| Error::timed_out(&self.name, start))
     }
 
     /// How many permit slots nobody holds now, by asking every slot (an operator's and a

@@ -45,6 +45,15 @@ pub const REDIS_TLS: Server = Server {
     default: "rediss://127.0.0.1:6390/?ca=/tmp/distlock-redis/tls/ca.pem",
 };
 
+/// The Redis server that requires a password, with the users of `scripts/redis-acl.conf`:
+/// its URL is the administrator's (`distlock`, every right); `app` and `tenant` have only what
+/// distlock's locks need, on their keys.
+pub const REDIS_ACL: Server = Server {
+    what: "the Redis server that requires a password",
+    variable: "DISTLOCK_REDIS_ACL_URL",
+    default: "redis://distlock:distlock-pw@127.0.0.1:6391/",
+};
+
 /// Three independent Redis masters, for Redlock.
 pub const REDLOCK: Server = Server {
     what: "the Redlock masters",
@@ -87,6 +96,15 @@ pub const POSTGRES: Server = Server {
     default: "postgres://postgres:postgres@127.0.0.1:5432/test",
 };
 
+/// A PostgreSQL server of its own that takes only TLS connections with a SCRAM password
+/// (`scripts/postgres-deployment secured`): the role `app`, the database `test`, and the CA
+/// that signed its certificate.
+pub const POSTGRES_SECURED: Server = Server {
+    what: "the PostgreSQL server that requires TLS and a password",
+    variable: "DISTLOCK_POSTGRES_SECURED_URL",
+    default: "postgres://app:app-pw@127.0.0.1:5433/test?sslmode=verify-full&sslrootcert=/tmp/distlock-pg-secured/ca.pem",
+};
+
 /// PgBouncer in transaction mode in front of [`POSTGRES`], for `?mode=transaction`.
 pub const PGBOUNCER: Server = Server {
     what: "PgBouncer (transaction mode)",
@@ -101,20 +119,32 @@ pub const MYSQL: Server = Server {
     default: "mysql://root@127.0.0.1:3306/test",
 };
 
+/// A MariaDB server of its own that takes only TLS connections with a password
+/// (`scripts/mariadb-deployment secured`): the user `app`, the database `test`, and the CA that
+/// signed its certificate.
+pub const MYSQL_SECURED: Server = Server {
+    what: "the MariaDB server that requires TLS and a password",
+    variable: "DISTLOCK_MYSQL_SECURED_URL",
+    default: "mysql://app:app-pw@127.0.0.1:3307/test?ssl-mode=VERIFY_IDENTITY&ssl-ca=/tmp/distlock-mariadb-secured/ca.pem",
+};
+
 /// Every server above.
 pub const ALL: &[Server] = &[
     REDIS,
     REDIS_SENTINEL,
     REDIS_CLUSTER,
     REDIS_TLS,
+    REDIS_ACL,
     REDLOCK,
     ZOOKEEPER,
     ZOOKEEPER_ENSEMBLE,
     ETCD,
     ETCD_CLUSTER,
     POSTGRES,
+    POSTGRES_SECURED,
     PGBOUNCER,
     MYSQL,
+    MYSQL_SECURED,
 ];
 
 impl Server {
@@ -133,9 +163,11 @@ impl Server {
         let address = first_address(&url);
         if std::net::TcpStream::connect(address).is_err() {
             panic!(
-                "{} is not reachable at {address} ({url}); start it with `{START_COMMAND}` \
+                "{} is not reachable at {address} ({}); start it with `{START_COMMAND}` \
                  or point {} at a running one",
-                self.what, self.variable
+                self.what,
+                crate::redact::shown(&url),
+                self.variable
             );
         }
         url
@@ -175,6 +207,7 @@ mod tests {
         assert_eq!(first_address(POSTGRES.default), "127.0.0.1:5432");
         assert_eq!(first_address(MYSQL.default), "127.0.0.1:3306");
         assert_eq!(first_address(REDIS_TLS.default), "127.0.0.1:6390");
+        assert_eq!(first_address(REDIS_ACL.default), "127.0.0.1:6391");
         assert_eq!(first_address(ETCD_CLUSTER.default), "127.0.0.1:2381");
         assert_eq!(
             with_scheme(REDIS.default, "redis+spin"),

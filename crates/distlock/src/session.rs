@@ -47,14 +47,12 @@ use crate::name::{LockKind, LockName};
 mod background;
 mod conns;
 mod dialect;
-mod held_key;
 mod names;
 mod waiter;
 
 use self::background::watch_sessions;
 use self::conns::Unlocking;
 pub use self::dialect::Dialect;
-use self::held_key::{Ending, HeldKey};
 pub(crate) use self::names::RecordedNames;
 use self::waiter::SessionWaiter;
 
@@ -123,6 +121,55 @@ struct Held<D: Dialect> {
     key: D::Key,
     conn: Arc<LockConn<D>>,
     expires_at: Instant,
+}
+
+/// How the client's state names a grant: the lock name, and for a reader also its owner
+/// (readers of one client hold one name together, each on a session of its own).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct HeldKey {
+    name: LockName,
+    reader: Option<Owner>,
+}
+
+impl HeldKey {
+    fn of(name: &LockName, owner: &Owner) -> Self {
+        HeldKey {
+            name: name.clone(),
+            reader: matches!(name.kind(), LockKind::Read).then(|| owner.clone()),
+        }
+    }
+}
+
+impl fmt::Display for HeldKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.name, f)
+    }
+}
+
+/// Names with unlocks on their way on one of the client's sessions, each counted once per
+/// unlock (a release's, the reaper's): a name is marked until the last of them is done.
+#[derive(Default)]
+struct Ending(std::collections::HashMap<HeldKey, u32>);
+
+impl Ending {
+    /// One more unlock of `slot` on its way.
+    fn mark(&mut self, slot: &HeldKey) {
+        *self.0.entry(slot.clone()).or_insert(0) += 1;
+    }
+
+    /// One unlock of `slot` done.
+    fn unmark(&mut self, slot: &HeldKey) {
+        if let Some(count) = self.0.get_mut(slot) {
+            *count -= 1;
+            if *count == 0 {
+                self.0.remove(slot);
+            }
+        }
+    }
+
+    fn contains(&self, slot: &HeldKey) -> bool {
+        self.0.contains_key(slot)
+    }
 }
 
 /// A lock to unlock in the background: its connection, its key, and its name when the name is
@@ -200,23 +247,20 @@ impl<D: Dialect> SessionBackend<D> {
                 sessions_lost: 0,
             }),
         });
-        tokio::spawn(crate::reaper::run(
-            Arc::downgrade(&shared),
-            shared.reaper.clone(),
-        ));
+        crate::reaper::spawn(&shared, &shared.reaper);
         tokio::spawn(watch_sessions(Arc::downgrade(&shared)));
         SessionBackend { shared }
     }
 
     /// The dialect (for the tests of other modules).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "conformance"))]
     pub(crate) fn dialect(&self) -> &D {
         &self.shared.dialect
     }
 
     /// True while the client's state records `owner`'s grant of `name` (for the tests of
     /// other modules, which cannot see the state).
-    #[cfg(test)]
+    #[cfg(all(test, feature = "conformance"))]
     pub(crate) fn records_grant(&self, name: &LockName, owner: &Owner) -> bool {
         self.shared
             .state()
@@ -257,6 +301,10 @@ impl<D: Dialect> Asked<D> {
 
 #[async_trait]
 impl<D: Dialect> Backend for SessionBackend<D> {
+    fn attempts_share_a_connection(&self) -> bool {
+        true
+    }
+
     fn scheme(&self) -> &'static str {
         D::SCHEME
     }

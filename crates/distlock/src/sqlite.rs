@@ -35,6 +35,8 @@ use crate::backend::{
 use crate::error::{Error, Result};
 use crate::name::LockName;
 
+#[cfg(feature = "bench")]
+mod bare;
 mod bell;
 mod published;
 mod rows;
@@ -42,7 +44,6 @@ mod setup;
 mod url;
 mod waiter;
 
-pub(crate) use self::url::check_url;
 use self::url::{DEFAULT_BUSY_TIMEOUT, parse_url};
 
 use self::rows::{Found, execute, find, head_bell, live_row, query_row};
@@ -209,12 +210,6 @@ impl SqliteBackend {
     }
 }
 
-/// The path of the file a `sqlite://` URL names.
-#[cfg(feature = "bench")]
-pub(crate) fn path_of(url: &str) -> Result<std::path::PathBuf> {
-    url::parse_url(url.strip_prefix("sqlite://").unwrap_or(url)).map(|url| url.path)
-}
-
 /// Opens (or makes) the lock file a `sqlite://` URL names; see [`SqliteBackend::open`].
 ///
 /// # Errors
@@ -223,6 +218,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     let rest = url.strip_prefix("sqlite://").unwrap_or(url);
     Ok(Arc::new(SqliteBackend::open(rest).await?))
 }
+
+crate::driver::driver!(Sqlite, check_url: url::check_url, open: connect, bare: bare::open);
 
 #[async_trait]
 impl Backend for SqliteBackend {

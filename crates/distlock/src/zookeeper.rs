@@ -27,6 +27,14 @@
 //!   is lost with the connection, the client reconnects, finds its node by the prefix and uses
 //!   it, so no orphan node blocks the queue.
 //!
+//! # Identities
+//!
+//! With user info (`zk://app:PASSWORD@host/app/locks`) every session authenticates as the
+//! `digest` identity `app`, and every node the client makes gives all rights to that
+//! identity alone, so no other identity can queue for, delete or force-unlock its locks; a
+//! base path another identity made answers [`Error::NotAuthorized`] at connect. Without user
+//! info the nodes are open to every client, as Curator makes them by default.
+//!
 //! # Leases and sessions
 //!
 //! ZooKeeper has no lease: a node lives as long as the session that made it. distlock keeps
@@ -53,15 +61,19 @@
 //!
 //! [`Locks::session`]: crate::Locks::session
 
+mod acquire;
 mod background;
+#[cfg(feature = "bench")]
+mod bare;
 mod list;
+mod nodes;
 mod published;
 mod recipes;
-mod shared;
+mod session;
+mod state;
 pub(crate) mod url;
 mod waiter;
 
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex, Weak};
@@ -78,6 +90,7 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::name::{LockKind, LockName};
+use crate::queue::Node;
 
 use self::background::supervise;
 use self::recipes::queue;
@@ -91,22 +104,6 @@ pub(crate) use self::waiter::{watch_grants, watch_notifications};
 const PROTECTED: &str = "_c_";
 /// How often one request retries after a lost connection or a vanished parent.
 const ATTEMPTS: usize = 5;
-
-fn ephemeral_sequential() -> zk::CreateOptions<'static> {
-    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
-}
-
-pub(crate) fn ephemeral() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())
-}
-
-fn container() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Container.with_acls(zk::Acls::anyone_all())
-}
-
-pub(crate) fn persistent() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
-}
 
 fn child_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -150,109 +147,39 @@ struct Session {
     generation: u64,
 }
 
-#[derive(Default)]
-struct State {
-    /// The session generation now; entries of older generations are gone with their session.
-    generation: u64,
-    held: HashMap<(LockName, Owner), Held>,
-    waiters: HashMap<u64, Queued>,
-    next_waiter: u64,
-    /// Nodes to delete in the background: abandoned by a waiter, left by a failed release, or
-    /// at the end of their lease.
-    orphans: Vec<Orphan>,
-    /// Locks whose lease ended and whose nodes the reaper is deleting right now: their node
-    /// may still exist, but their owner no longer holds them.
-    ending: HashSet<(LockName, Owner)>,
-}
+/// The client-side queue state ([`crate::queue`]). ZooKeeper keeps nothing of its own beside
+/// a hold; an orphan carries its [`PrefixLookups`].
+type State = crate::queue::QueueState<(), PrefixLookups>;
+type Orphan = crate::queue::Orphan<PrefixLookups>;
 
-struct Held {
-    path: Arc<str>,
-    token: u64,
-    holds: u32,
-    /// The end of the lease, kept by this client: the reaper deletes the node then.
-    expires_at: Instant,
-    generation: u64,
-}
-
-/// A waiter's place in the queue (sequential lock only).
-struct Queued {
-    name: LockName,
-    owner: Owner,
-    /// Made by the owner's next attempt; `None` until then or after the session was lost.
-    node: Option<Node>,
-    generation: u64,
-}
-
-#[derive(Clone)]
-struct Node {
-    path: Arc<str>,
-    token: u64,
-}
-
-struct Orphan {
-    path: Arc<str>,
-    /// For the naive lock's shared path: delete only the node with this token.
-    token: Option<u64>,
-    generation: u64,
-    /// The lock whose lease ended, when that is why the node goes (see `State::ending`).
-    ended: Option<(LockName, Owner)>,
-    /// `path` is the protected prefix of a create whose outcome is unknown (its reply was
-    /// lost and the lookup failed): the node to delete is the one starting with it, if any.
-    /// The count is how many more lookups a node not found yet gets.
-    prefix_lookups: Option<u8>,
-    /// Counted until it is deleted or dropped, so that a process can wait for it to go.
-    _counted: crate::cleanup::Counted,
-}
-
-impl State {
-    /// True while the reaper deletes the node of `key`'s ended lease and no other owner of
-    /// this client holds the name yet: the server's node is not anyone's lock then.
-    fn lease_ending(&self, key: &(LockName, Owner)) -> bool {
-        self.ending.contains(key)
-            && !self
-                .held
-                .keys()
-                .any(|(name, owner)| name == &key.0 && owner != &key.1)
-    }
-
-    fn held(&self, key: &(LockName, Owner)) -> Option<&Held> {
-        self.held
-            .get(key)
-            .filter(|held| held.generation == self.generation)
-    }
-
-    /// The waiter of `owner` on `name` in this session, if any.
-    fn waiter_of(&self, name: &LockName, owner: &Owner) -> Option<u64> {
-        self.waiters
-            .iter()
-            .find(|(_, queued)| {
-                &queued.name == name
-                    && &queued.owner == owner
-                    && queued.generation == self.generation
-            })
-            .map(|(id, _)| *id)
-    }
-}
+/// `Some(n)`: the orphan's key is the protected prefix of a create whose outcome is unknown
+/// (its reply was lost and the lookup failed): the node to delete is the one starting with
+/// it, if any, and `n` is how many more lookups a node not found yet gets. `None`: the key
+/// is the node's path.
+type PrefixLookups = Option<u8>;
 
 impl ZooKeeperBackend {
-    /// Connects to the ensemble a `zk://` or `zk+naive://` URL names and makes the base path.
+    /// Connects to the ensemble a `zk://` or `zk+naive://` URL names, as the URL's digest
+    /// identity when it has user info, and makes the base path.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL; [`Error::Backend`] when no server answers
-    /// or the base path cannot be made.
+    /// [`Error::InvalidInput`] for a malformed URL; [`Error::NotAuthorized`] when the base
+    /// path belongs to another identity (or the password is not the identity's);
+    /// [`Error::Backend`] when no server answers or the base path cannot be made.
     pub async fn connect(url: &str) -> Result<Self> {
         let url = ZkUrl::parse(url)?;
         let scheme = if url.naive { "zk+naive" } else { "zk" };
-        let client = zk::Client::connector()
-            .with_session_timeout(url.session_timeout)
+        let client = url
+            .connector()
             .with_fail_eagerly()
             .connect(&url.cluster)
             .await
-            .map_err(|e| Error::backend(scheme, "connect", e))?;
+            .map_err(|e| zk_error(scheme, "connect", e))?;
         client
-            .mkdir(&url.base, &persistent())
+            .mkdir(&url.base, &url.node(zk::CreateMode::Persistent))
             .await
-            .map_err(|e| Error::backend(scheme, "create the base path", e))?;
+            .map_err(|e| zk_error(scheme, "create the base path", e))?;
+        url.check_base(scheme, &client).await?;
         let watcher = client.state_watcher();
         let shared = Arc::new(Shared {
             scheme,
@@ -270,17 +197,14 @@ impl ZooKeeperBackend {
             reaper: Arc::new(Notify::new()),
         });
         tokio::spawn(supervise(Arc::downgrade(&shared), watcher));
-        tokio::spawn(crate::reaper::run(
-            Arc::downgrade(&shared),
-            shared.reaper.clone(),
-        ));
+        crate::reaper::spawn(&shared, &shared.reaper);
         Ok(ZooKeeperBackend { shared })
     }
 
     /// Times the cheapest write: setting the (empty) data of the base node. Every grant and
     /// release is a write, which the leader logs to disk before it answers, so this is the
     /// floor under their cost, as [`Backend::ping`] (a read) is under a query's.
-    /// Read through [`crate::hooks`].
+    /// Measured through the driver's `write_round_trips` ([`crate::hooks::write_round_trips`]).
     ///
     /// # Errors
     /// [`Error::Backend`] when the write fails.
@@ -301,6 +225,24 @@ impl ZooKeeperBackend {
     pub fn lock_path(&self, name: &str) -> String {
         lock_path(&self.shared.url.base, name)
     }
+}
+
+/// The error of a ZooKeeper request: [`Error::NotAuthorized`] when the server refused the
+/// session's identity, else [`Error::Backend`].
+pub(crate) fn zk_error(scheme: &'static str, operation: &'static str, error: zk::Error) -> Error {
+    let reason = match error {
+        zk::Error::NoAuth => {
+            "the node belongs to another ZooKeeper identity (NoAuth); connect as the user that \
+             made the URL's base path (zk://user:password@host/base) or use a base path of your \
+             own"
+        }
+        zk::Error::AuthFailed => {
+            "ZooKeeper refused the session's credentials (AuthFailed); check the URL's user and \
+             password"
+        }
+        error => return Error::backend(scheme, operation, error),
+    };
+    Error::not_authorized(scheme, operation, reason)
 }
 
 fn state_error(state: zk::SessionState) -> zk::Error {
@@ -328,6 +270,22 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
 pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(ZooKeeperBackend::connect(url).await?))
 }
+
+/// Write round trips for the driver: a `setData` on the base node, the unit of a ZooKeeper
+/// handoff.
+#[cfg(feature = "bench")]
+async fn write_round_trips(url: &str, samples: u64) -> Result<Vec<Duration>> {
+    let backend = ZooKeeperBackend::connect(url).await?;
+    crate::driver::sampled(samples, || backend.write_round_trip()).await
+}
+
+crate::driver::driver!(
+    ZooKeeper,
+    check_url: check_url,
+    open: connect,
+    bare: bare::open,
+    write_round_trips: write_round_trips,
+);
 
 #[async_trait]
 impl Backend for ZooKeeperBackend {
@@ -375,29 +333,9 @@ impl Backend for ZooKeeperBackend {
                 status,
             }));
         }
-        let id = {
-            let mut state = shared.state();
-            state.next_waiter += 1;
-            let id = state.next_waiter;
-            let generation = state.generation;
-            state.waiters.insert(
-                id,
-                Queued {
-                    name: name.clone(),
-                    owner: owner.clone(),
-                    node: None,
-                    generation,
-                },
-            );
-            id
-        };
         Ok(Box::new(SequentialWaiter {
-            shared,
-            id,
-            name: name.clone(),
-            owner: owner.clone(),
+            place: crate::queue::Place::join(shared, name, owner, lease),
             lock: path,
-            lease,
             status,
         }))
     }
@@ -409,7 +347,7 @@ impl Backend for ZooKeeperBackend {
         let Some((path, token)) = shared
             .state()
             .held(&key)
-            .map(|held| (held.path.clone(), held.token))
+            .map(|held| (held.key.clone(), held.token))
         else {
             if shared.state().lease_ending(&key) {
                 // Its lease ended; the reaper is deleting its node.
@@ -423,11 +361,11 @@ impl Backend for ZooKeeperBackend {
         let remaining = {
             let mut state = shared.state();
             match state.held.get_mut(&key) {
-                Some(held) if held.path == path && held.holds > 1 => {
+                Some(held) if held.key == path && held.holds > 1 => {
                     held.holds -= 1;
                     Some(held.holds)
                 }
-                Some(held) if held.path == path => {
+                Some(held) if held.key == path => {
                     state.held.remove(&key);
                     None
                 }
@@ -440,7 +378,7 @@ impl Backend for ZooKeeperBackend {
                 return Ok(Released::Released { remaining_holds });
             }
             let mut state = shared.state();
-            if state.held.get(&key).is_some_and(|held| held.path == path) {
+            if state.held.get(&key).is_some_and(|held| held.key == path) {
                 state.held.remove(&key);
             }
             return Ok(Released::NotHeld);
@@ -471,7 +409,7 @@ impl Backend for ZooKeeperBackend {
             .state()
             .held(&key)
             .filter(|held| held.token == fencing_token)
-            .map(|held| (held.path.clone(), held.token))
+            .map(|held| (held.key.clone(), held.token))
         else {
             if shared.state().lease_ending(&key) {
                 return Ok(Extended::NotHeld);
@@ -483,11 +421,11 @@ impl Backend for ZooKeeperBackend {
         let mut state = shared.state();
         // The path and the token: in naive mode every grant of a name has the same path.
         let extended = match state.held.get_mut(&key) {
-            Some(held) if held.path == path && held.token == token && alive => {
+            Some(held) if held.key == path && held.token == token && alive => {
                 held.expires_at = start + lease;
                 Extended::Extended
             }
-            Some(held) if held.path == path && held.token == token => {
+            Some(held) if held.key == path && held.token == token => {
                 state.held.remove(&key);
                 Extended::NotHeld
             }
@@ -517,10 +455,10 @@ impl Backend for ZooKeeperBackend {
             let Some((path, token)) = node else { continue };
             // The path and the token: in naive mode every grant of a name has the same path.
             match state.held.get_mut(key) {
-                Some(held) if &held.path == path && held.token == *token && *alive => {
+                Some(held) if &held.key == path && held.token == *token && *alive => {
                     held.expires_at = start + lease;
                 }
-                Some(held) if &held.path == path && held.token == *token => {
+                Some(held) if &held.key == path && held.token == *token => {
                     state.held.remove(key);
                 }
                 _ => {}
@@ -546,7 +484,7 @@ impl Backend for ZooKeeperBackend {
         let Some((path, token, holds)) = shared
             .state()
             .held(&(name.clone(), owner.clone()))
-            .map(|held| (held.path.clone(), held.token, held.holds))
+            .map(|held| (held.key.clone(), held.token, held.holds))
         else {
             return Ok(0);
         };

@@ -76,7 +76,7 @@ pub async fn measure(
     rounds: u32,
     lease_ms: u64,
 ) -> CliResult<Option<Failover>> {
-    if url.starts_with("memory:") {
+    if distlock::validate_url(url)?.process_local {
         // Each process has its own memory backend: there is no leader in another process.
         return Ok(None);
     }

@@ -17,8 +17,6 @@ mod plot;
 mod primitives;
 mod renewal;
 mod report;
-#[cfg(any(feature = "zookeeper", feature = "etcd"))]
-mod write;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -105,12 +103,12 @@ pub async fn run(args: BenchArgs) -> CliResult {
     progress.finish();
     let rtt_after_idle = Stats::of(idle_rtt_samples);
 
-    // 1c. ZooKeeper and etcd: every grant and release is a write that the cluster commits
-    // before it answers; the write round trip is their floor.
-    #[cfg(any(feature = "zookeeper", feature = "etcd"))]
-    let write_rtt = write::round_trips(&args.backend, (args.rtt_samples / 4).max(1))
-        .await?
-        .map(|samples| Stats::of(samples.into_iter().map(ms).collect()));
+    // 1c. Where every grant and release is a write that the cluster commits before it
+    // answers (ZooKeeper, etcd), the write round trip is the floor; the driver says.
+    let write_rtt =
+        distlock::hooks::write_round_trips(&args.backend, (args.rtt_samples / 4).max(1))
+            .await?
+            .map(|samples| Stats::of(samples.into_iter().map(ms).collect()));
 
     // 2. Uncontended pairs on one name.
     let mutex = locks.mutex(format!("bench/{run_id}/uncontended"))?;
@@ -152,9 +150,10 @@ pub async fn run(args: BenchArgs) -> CliResult {
         .await?;
         if compare.is_none() {
             return Err(Failure::usage(format!(
-                "--compare: no bare baseline for {}; it has them for redis://, postgres:// \
-                 (not ?mode=transaction), mysql://, mariadb://, zk://, etcd:// and sqlite://",
-                args.backend
+                "--compare: no bare baseline for {}; there are some for {} \
+                 (docs/performance.md)",
+                distlock::redact_url(&args.backend),
+                distlock::hooks::Bare::schemes().join(", ")
             )));
         }
         compare
@@ -211,7 +210,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
     };
 
     let report = Report {
-        backend: args.backend.clone(),
+        backend: distlock::redact_url(&args.backend),
         rtt,
         rtt_after_idle,
         uncontended,
@@ -220,7 +219,6 @@ pub async fn run(args: BenchArgs) -> CliResult {
         renewal,
         primitives,
         failover,
-        #[cfg(any(feature = "zookeeper", feature = "etcd"))]
         write_rtt,
         #[cfg(feature = "zookeeper")]
         herd,
@@ -230,7 +228,7 @@ pub async fn run(args: BenchArgs) -> CliResult {
     }
     if args.json {
         let settings = Settings {
-            backend: &args.backend,
+            backend: &report.backend,
         };
         json::print_rows("bench", &settings, std::slice::from_ref(&report), &[])?;
     } else {

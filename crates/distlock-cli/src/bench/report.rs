@@ -96,9 +96,8 @@ pub struct Report {
     pub primitives: Option<Primitives>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failover: Option<Failover>,
-    /// ZooKeeper and etcd only: the round trip of the cheapest write (ZooKeeper: set data;
-    /// etcd: a put under the client's lease), the floor of every grant and release.
-    #[cfg(any(feature = "zookeeper", feature = "etcd"))]
+    /// Backends whose every grant is a replicated write (ZooKeeper: set data; etcd: a put
+    /// under the client's lease): that write's round trip, the floor of every grant and release.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub write_rtt: Option<Stats>,
     /// ZooKeeper only: watch notifications per release, sequential vs naive lock.
@@ -119,7 +118,6 @@ pub fn print(r: &Report) {
     if let Some(f) = &r.failover {
         failover::print(f);
     }
-    #[cfg(any(feature = "zookeeper", feature = "etcd"))]
     if let Some(w) = &r.write_rtt {
         println!(
             "write round trip             mean {:.3} ms   p50 {:.3} ms   p99 {:.3} ms   ({} samples): uncontended pairs = {:.0}% of 1/(2*write RTT), handoff p50 = {:.1} x write RTT",

@@ -28,8 +28,9 @@ fn split(url: &str) -> CliResult<Hosts<'_>> {
         let schemes: Vec<&str> = routable().map(|scheme| scheme.name).collect();
         Failure::usage(format!(
             "network faults (cut, partition, lose-reply) need a backend whose connections go to \
-             the hosts its URL names ({}): {why}; run the other faults (pause, kill) on {url:?}",
-            schemes.join(", ")
+             the hosts its URL names ({}): {why}; run the other faults (pause, kill) on {:?}",
+            schemes.join(", "),
+            distlock::redact_url(url)
         ))
     };
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -88,14 +89,22 @@ impl Proxies {
         let parts = split(url)?;
         let mut proxies = Vec::new();
         let mut through = Vec::new();
-        for &(host, port) in &parts.hosts {
+        for (i, &(host, port)) in parts.hosts.iter().enumerate() {
             let bare = host.trim_start_matches('[').trim_end_matches(']');
             let target = tokio::net::lookup_host((bare, port))
                 .await
                 .ok()
                 .and_then(|mut found| found.next())
                 .ok_or_else(|| {
-                    Failure::failed(format!("cannot resolve {host}:{port} from {url:?}"))
+                    let server = if url.contains('@') {
+                        format!("server {}", i + 1)
+                    } else {
+                        format!("{host}:{port}")
+                    };
+                    Failure::failed(format!(
+                        "cannot resolve {server} of {:?}",
+                        distlock::redact_url(url)
+                    ))
                 })?;
             let proxy = FaultProxy::start(target).await?;
             through.push(proxy.address().to_string());

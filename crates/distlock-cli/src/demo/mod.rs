@@ -19,8 +19,8 @@ use crate::json::{self, Unavailable};
 use crate::workers::Fleet;
 use report::{Outcome, Settings};
 use stock::{DemoStock, ITEM, OPTIMISTIC_ATTEMPTS};
-use strategy::Protection;
 pub use strategy::Strategy;
+use strategy::{Database, Protection};
 use worker::WorkerReport;
 pub use worker::{WorkerArgs, worker};
 
@@ -66,7 +66,8 @@ pub async fn run(args: DemoArgs) -> CliResult {
             Some(_) => format!("{ITEM}-{}-{:08x}", std::process::id(), fastrand::u32(..)),
             None => ITEM.to_owned(),
         };
-        let stock = DemoStock::open(&db, store_url.as_deref(), &item, 2).await?;
+        let stock =
+            DemoStock::open(&db, strategy.database(), store_url.as_deref(), &item, 2).await?;
         let run = Run {
             args: &args,
             db: &db,
@@ -181,7 +182,7 @@ async fn check_strategy(
     if let Some(url) = lock_url {
         check_backend(url).await?;
     }
-    if let Some(url) = store_url.filter(|url| url.starts_with("redis")) {
+    if let Some(url) = store_url.filter(|_| strategy.database() == Database::Redis) {
         // The atomic strategy's Redis answers as a lock backend does.
         return check_backend(url).await;
     }
@@ -195,7 +196,10 @@ async fn check_strategy(
         return match opened {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(error)) => Err(error.to_string()),
-            Err(_) => Err(format!("{url} did not answer within 3 s")),
+            Err(_) => Err(format!(
+                "{} did not answer within 3 s",
+                distlock::redact_url(url)
+            )),
         };
     }
     #[cfg(not(any(feature = "postgres", feature = "mysql")))]
@@ -205,7 +209,6 @@ async fn check_strategy(
             strategy.name()
         ));
     }
-    let _ = strategy;
     Ok(())
 }
 
@@ -220,6 +223,9 @@ async fn check_backend(url: &str) -> Result<(), String> {
     match connected {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err(format!("{url} did not answer within 3 s")),
+        Err(_) => Err(format!(
+            "{} did not answer within 3 s",
+            distlock::redact_url(url)
+        )),
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use distlock::stock::{SqliteStockStore, Stock, StockStore, Taken, Work};
 
-use super::strategy::{Protection, Strategy};
+use super::strategy::{Database, Protection, Strategy};
 use crate::failure::{CliResult, Failure};
 
 /// The item every run on the SQLite file sells (runs on a server get an item of their own).
@@ -44,26 +44,31 @@ pub struct DemoStock {
 }
 
 impl DemoStock {
-    /// The stock of a strategy: the SQLite file at `db`, or `item` on the server `store_url`.
+    /// The stock of a strategy: the SQLite file at `db`, or `item` on the server `store_url`
+    /// of the strategy's `database`.
     pub async fn open(
         db: &Path,
+        database: Database,
         store_url: Option<&str>,
         item: &str,
         connections: u32,
     ) -> CliResult<Self> {
-        let store: Arc<dyn StockStore> = match store_url {
-            None => Arc::new(SqliteStockStore::open(db)?),
+        let store: Arc<dyn StockStore> = match (database, store_url) {
+            (Database::Sqlite, _) | (_, None) => Arc::new(SqliteStockStore::open(db)?),
             #[cfg(feature = "redis")]
-            Some(url) if url.starts_with("redis") => {
+            (Database::Redis, Some(url)) => {
                 Arc::new(distlock::stock::RedisStockStore::connect(url).await?)
             }
             #[cfg(any(feature = "postgres", feature = "mysql"))]
-            Some(url) => Arc::new(distlock::stock::SqlStockStore::connect(url, connections).await?),
-            #[cfg(not(any(feature = "postgres", feature = "mysql")))]
-            Some(url) => {
+            (Database::Postgres | Database::MySql, Some(url)) => {
+                Arc::new(distlock::stock::SqlStockStore::connect(url, connections).await?)
+            }
+            #[allow(unreachable_patterns)]
+            (_, Some(url)) => {
                 let _ = connections;
                 return Err(Failure::usage(format!(
-                    "{url}: this distlock was built without the feature for this server"
+                    "{}: this distlock was built without the feature for this server",
+                    distlock::redact_url(url)
                 )));
             }
         };

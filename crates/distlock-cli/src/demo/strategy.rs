@@ -49,12 +49,25 @@ pub enum Strategy {
 }
 
 /// Where a strategy keeps the stock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Database {
     Sqlite,
     Postgres,
+    #[value(name = "mysql")]
     MySql,
     Redis,
+}
+
+impl Database {
+    /// The name, as in reports and on the workers' command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Database::Sqlite => "sqlite",
+            Database::Postgres => "postgres",
+            Database::MySql => "mysql",
+            Database::Redis => "redis",
+        }
+    }
 }
 
 /// How a strategy protects the read-modify-write.
@@ -172,12 +185,8 @@ impl Serialize for Strategy {
 
 /// The spin lock on the deployment a Redis URL names (standalone, Sentinel or Cluster).
 pub fn spin_url(redis: &str) -> String {
-    if redis.starts_with("redis://") {
-        redis.replacen("redis://", "redis+spin://", 1)
-    } else {
-        let separator = if redis.contains('?') { '&' } else { '?' };
-        format!("{redis}{separator}spin=true")
-    }
+    let separator = if redis.contains('?') { '&' } else { '?' };
+    format!("{redis}{separator}spin=true")
 }
 
 #[cfg(test)]

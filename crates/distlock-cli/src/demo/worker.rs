@@ -56,6 +56,7 @@ pub async fn worker(args: WorkerArgs) -> CliResult {
     // Pessimistic buyers each keep a connection for their whole transaction.
     let stock = DemoStock::open(
         &args.db,
+        strategy.database(),
         args.store_url.as_deref(),
         &args.item,
         args.tasks + 1,

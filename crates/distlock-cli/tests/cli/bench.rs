@@ -122,6 +122,65 @@ fn bench_compares_with_the_bare_baselines_on_every_server() {
     }
 }
 
+/// `--herd` on a URL of either ZooKeeper scheme measures both locks, named by the registry's
+/// herd variant, with the same waiters; on a backend without one it is refused.
+#[test]
+fn bench_herd_measures_the_lock_and_its_herd_variant() {
+    let naive = crate::zookeeper_url().replacen("zk://", "zk+naive://", 1);
+    let output = distlock(&[
+        "bench",
+        "--backend",
+        &naive,
+        "--json",
+        "--workers",
+        "2",
+        "--duration-s",
+        "1",
+        "--pairs",
+        "10",
+        "--rtt-samples",
+        "8",
+        "--renewal-s",
+        "1",
+        "--herd",
+        "3",
+    ]);
+    let envelope = json_report(&output, "bench");
+    let report = &envelope["results"][0];
+    let herd = report["herd"].as_array().expect("herd figures");
+    let locks: Vec<&str> = herd.iter().map(|h| h["lock"].as_str().unwrap()).collect();
+    assert_eq!(locks, ["zk", "zk+naive"], "{report}");
+    for figure in herd {
+        assert_eq!(figure["waiters"], 3, "{figure}");
+        assert!(figure["notifications"].as_u64().unwrap() >= 3, "{figure}");
+    }
+    assert!(
+        report["write_rtt"]["count"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
+    let refused = distlock(&[
+        "bench",
+        "--backend",
+        "memory://",
+        "--duration-s",
+        "1",
+        "--workers",
+        "1",
+        "--pairs",
+        "5",
+        "--rtt-samples",
+        "5",
+        "--herd",
+        "3",
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--herd") && stderr.contains("zk://"),
+        "{stderr}"
+    );
+}
+
 /// A backend without bare baselines is refused with the list of those that have them.
 #[test]
 fn bench_compare_names_the_backends_it_serves() {
@@ -142,7 +201,7 @@ fn bench_compare_names_the_backends_it_serves() {
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("no bare baseline") && stderr.contains("postgres://"),
+        stderr.contains("no bare baseline") && stderr.contains("postgres, "),
         "{stderr}"
     );
 }

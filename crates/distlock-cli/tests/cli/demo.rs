@@ -184,84 +184,54 @@ fn demo_runs_one_strategy_on_a_given_db() {
     assert!(db.exists());
 }
 
+/// The demo with `strategies` against the server at `url` (given by `flag`): each result
+/// sells exactly the stock of 20, of 60 orders.
+fn assert_exact_on(strategies: &[&str], flag: &str, url: &str) {
+    let mut args = vec!["demo", "--json"];
+    for strategy in strategies {
+        args.extend(["--strategy", strategy]);
+    }
+    args.extend([
+        "--stock",
+        "20",
+        "--orders",
+        "60",
+        "--workers",
+        "2",
+        flag,
+        url,
+    ]);
+    let report = json_report(&distlock(&args), "demo");
+    let results = report["results"].as_array().expect("results");
+    assert_eq!(results.len(), strategies.len(), "{url}: {report}");
+    let mut ran: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r["strategy"].as_str())
+        .collect();
+    ran.sort_unstable();
+    let mut asked = strategies.to_vec();
+    asked.sort_unstable();
+    assert_eq!(ran, asked, "{url}: {report}");
+    for r in results {
+        assert_eq!(r["exact"], true, "{url}: {r}");
+        assert_eq!(r["accepted"], 20, "{url}: {r}");
+        assert_eq!(r["final_stock"], 0, "{url}: {r}");
+    }
+}
+
 #[test]
 fn demo_is_exact_on_sentinel_and_cluster() {
     for url in [redis_sentinel_url(), redis_cluster_url()] {
-        let output = distlock(&[
-            "demo",
-            "--json",
-            "--strategy",
-            "redis",
-            "--strategy",
-            "redis-spin",
-            "--stock",
-            "20",
-            "--orders",
-            "60",
-            "--workers",
-            "2",
-            "--redis",
-            &url,
-        ]);
-        let report = json_report(&output, "demo");
-        let results = report["results"].as_array().expect("results");
-        assert_eq!(results.len(), 2, "{url}: {report}");
-        for r in results {
-            assert_eq!(r["exact"], true, "{url}: {r}");
-            assert_eq!(r["accepted"], 20, "{url}: {r}");
-            assert_eq!(r["final_stock"], 0, "{url}: {r}");
-        }
+        assert_exact_on(&["redis", "redis-spin"], "--redis", &url);
     }
 }
 
 #[test]
 fn demo_is_exact_on_etcd() {
-    let output = distlock(&[
-        "demo",
-        "--json",
-        "--strategy",
-        "etcd",
-        "--stock",
-        "20",
-        "--orders",
-        "60",
-        "--workers",
-        "2",
-        "--etcd",
-        &etcd_url(),
-    ]);
-    let report = json_report(&output, "demo");
-    let results = report["results"].as_array().expect("results");
-    assert_eq!(results.len(), 1, "{report}");
-    let r = &results[0];
-    assert_eq!(r["strategy"], "etcd", "{r}");
-    assert_eq!(r["exact"], true, "{r}");
-    assert_eq!(r["accepted"], 20, "{r}");
-    assert_eq!(r["final_stock"], 0, "{r}");
+    assert_exact_on(&["etcd"], "--etcd", &etcd_url());
 }
 
 #[test]
 fn demo_is_exact_on_zookeeper() {
-    let output = distlock(&[
-        "demo",
-        "--json",
-        "--strategy",
-        "zookeeper",
-        "--stock",
-        "20",
-        "--orders",
-        "60",
-        "--workers",
-        "2",
-        "--zookeeper",
-        &zookeeper_url(),
-    ]);
-    let report = json_report(&output, "demo");
-    let results = report["results"].as_array().expect("results");
-    assert_eq!(results.len(), 1, "{report}");
-    let r = &results[0];
-    assert_eq!(r["strategy"], "zookeeper", "{r}");
-    assert_eq!(r["exact"], true, "{r}");
-    assert_eq!(r["accepted"], 20, "{r}");
-    assert_eq!(r["final_stock"], 0, "{r}");
+    assert_exact_on(&["zookeeper"], "--zookeeper", &zookeeper_url());
 }

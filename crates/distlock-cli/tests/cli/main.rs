@@ -13,6 +13,7 @@ mod operator;
 mod partitions;
 mod run;
 mod scheduled;
+mod secrets;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

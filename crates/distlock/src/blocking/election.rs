@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::held::Held;
+use super::held::{Held, blocking_guard};
 use super::runtime::OnRuntime;
 use crate::election::Leader;
 use crate::error::{Error, LossReason, Result};
@@ -107,19 +107,14 @@ impl Election {
     }
 }
 
-/// Leading an election: [`crate::Leadership`] without `async`. Resign with
-/// [`Leadership::resign`]; dropping it resigns in the background, as a dropped
-/// [`Guard`](super::Guard) releases.
-#[must_use = "the leadership ends as soon as it is dropped"]
-pub struct Leadership {
-    held: Held<crate::Leadership>,
-}
-
-impl fmt::Debug for Leadership {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.held.fmt(f)
-    }
-}
+blocking_guard!(
+    /// Leading an election: [`crate::Leadership`] without `async`. Resign with
+    /// [`Leadership::resign`]; dropping it resigns in the background, as a dropped
+    /// [`Guard`](super::Guard) releases.
+    #[must_use = "the leadership ends as soon as it is dropped"]
+    Leadership(crate::Leadership),
+    "the leadership"
+);
 
 impl Leadership {
     /// The term: larger than every earlier leadership's. Send it with every write a leader
@@ -131,27 +126,6 @@ impl Leadership {
     /// The value this leader published.
     pub fn value(&self) -> &str {
         self.held.get().value()
-    }
-
-    /// Blocks until the leadership is known lost. See [`Guard::lost`](super::Guard::lost).
-    pub fn lost(&self) -> Error {
-        self.held.lost()
-    }
-
-    /// Blocks at most `limit` until the leadership is known lost; `None` when the limit
-    /// passed with it held.
-    pub fn lost_timeout(&self, limit: Duration) -> Option<Error> {
-        self.held.lost_timeout(limit)
-    }
-
-    /// True once the client knows the leadership is lost. Does not block.
-    pub fn is_lost(&self) -> bool {
-        self.held.loss_reason().is_some()
-    }
-
-    /// Why the leadership was lost, once known. Does not block.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.held.loss_reason()
     }
 
     /// Steps down: withdraws the published record, then releases the election's mutex.

@@ -19,65 +19,76 @@ pub(crate) trait Hold: fmt::Debug + Send + Sync + 'static {
     fn release(self) -> impl Future<Output = Result<()>> + Send + 'static;
 }
 
-impl Hold for crate::Guard {
-    fn lost(&self) -> impl Future<Output = Error> + Send + '_ {
-        crate::Guard::lost(self)
-    }
-    fn loss_reason(&self) -> Option<LossReason> {
-        crate::Guard::loss_reason(self)
-    }
-    fn release(self) -> impl Future<Output = Result<()>> + Send + 'static {
-        crate::Guard::release(self)
-    }
+/// `Hold` for async guards whose methods carry its names; `release` is the one that ends it.
+macro_rules! hold {
+    ($($guard:ident => $release:ident),+ $(,)?) => {$(
+        impl Hold for crate::$guard {
+            fn lost(&self) -> impl Future<Output = Error> + Send + '_ {
+                crate::$guard::lost(self)
+            }
+            fn loss_reason(&self) -> Option<LossReason> {
+                crate::$guard::loss_reason(self)
+            }
+            fn release(self) -> impl Future<Output = Result<()>> + Send + 'static {
+                crate::$guard::$release(self)
+            }
+        }
+    )+};
 }
 
-impl Hold for crate::ReadGuard {
-    fn lost(&self) -> impl Future<Output = Error> + Send + '_ {
-        crate::ReadGuard::lost(self)
-    }
-    fn loss_reason(&self) -> Option<LossReason> {
-        crate::ReadGuard::loss_reason(self)
-    }
-    fn release(self) -> impl Future<Output = Result<()>> + Send + 'static {
-        crate::ReadGuard::release(self)
-    }
-}
+hold!(
+    Guard => release,
+    ReadGuard => release,
+    WriteGuard => release,
+    MultiGuard => release,
+    Leadership => resign,
+);
 
-impl Hold for crate::WriteGuard {
-    fn lost(&self) -> impl Future<Output = Error> + Send + '_ {
-        crate::WriteGuard::lost(self)
-    }
-    fn loss_reason(&self) -> Option<LossReason> {
-        crate::WriteGuard::loss_reason(self)
-    }
-    fn release(self) -> impl Future<Output = Result<()>> + Send + 'static {
-        crate::WriteGuard::release(self)
-    }
-}
+/// Declares a blocking guard that holds the async guard `$inner`: the struct (with the
+/// attributes given), its `Debug`, and the loss methods every such guard has, documented for
+/// `$what` (what is lost: "the read lock", "a part"), with `$after_loss` said after the loss
+/// where there is more to say. The caller's module imports `Duration`,
+/// `Error` and `LossReason`. [`Guard`](super::Guard) writes its own, with the long form of
+/// their docs.
+macro_rules! blocking_guard {
+    ($(#[$attr:meta])* $name:ident($inner:ty), $what:literal $(, $after_loss:literal)?) => {
+        $(#[$attr])*
+        pub struct $name {
+            held: $crate::blocking::held::Held<$inner>,
+        }
 
-impl Hold for crate::MultiGuard {
-    fn lost(&self) -> impl Future<Output = Error> + Send + '_ {
-        crate::MultiGuard::lost(self)
-    }
-    fn loss_reason(&self) -> Option<LossReason> {
-        crate::MultiGuard::loss_reason(self)
-    }
-    fn release(self) -> impl Future<Output = Result<()>> + Send + 'static {
-        crate::MultiGuard::release(self)
-    }
-}
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                self.held.fmt(f)
+            }
+        }
 
-impl Hold for crate::Leadership {
-    fn lost(&self) -> impl Future<Output = Error> + Send + '_ {
-        crate::Leadership::lost(self)
-    }
-    fn loss_reason(&self) -> Option<LossReason> {
-        crate::Leadership::loss_reason(self)
-    }
-    fn release(self) -> impl Future<Output = Result<()>> + Send + 'static {
-        crate::Leadership::resign(self)
-    }
+        impl $name {
+            #[doc = concat!("Blocks until ", $what, " is known lost.", $(" ", $after_loss,)?
+                " See [`Guard::lost`](super::Guard::lost).")]
+            pub fn lost(&self) -> Error {
+                self.held.lost()
+            }
+
+            #[doc = concat!("Blocks at most `limit` until ", $what, " is known lost; `None` ",
+                "when the limit passed first.")]
+            pub fn lost_timeout(&self, limit: Duration) -> Option<Error> {
+                self.held.lost_timeout(limit)
+            }
+
+            #[doc = concat!("True once the client knows ", $what, " is lost. Does not block.")]
+            pub fn is_lost(&self) -> bool {
+                self.held.loss_reason().is_some()
+            }
+
+            #[doc = concat!("Why ", $what, " was lost, once known. Does not block.")]
+            pub fn loss_reason(&self) -> Option<LossReason> {
+                self.held.loss_reason()
+            }
+        }
+    };
 }
+pub(crate) use blocking_guard;
 
 /// An async guard shared with the runtime's requests, which keeps the runtime running while
 /// it lives. A request takes a clone of the `Arc` and gives it back before it answers (see

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::held::Held;
+use super::held::{Held, blocking_guard};
 use super::runtime::OnRuntime;
 use crate::error::{Error, LossReason, Result};
 use crate::options::AcquireOptions;
@@ -96,19 +96,14 @@ impl MultiLock {
     }
 }
 
-/// Every lock of a [`MultiLock`]: [`crate::MultiGuard`] without `async`. Lost when any part
-/// is lost; dropping it releases every part in the background, as a dropped
-/// [`Guard`](super::Guard) does.
-#[must_use = "the locks are released as soon as the guard is dropped"]
-pub struct MultiGuard {
-    held: Held<crate::MultiGuard>,
-}
-
-impl fmt::Debug for MultiGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.held.fmt(f)
-    }
-}
+blocking_guard!(
+    /// Every lock of a [`MultiLock`]: [`crate::MultiGuard`] without `async`. Lost when any part
+    /// is lost; dropping it releases every part in the background, as a dropped
+    /// [`Guard`](super::Guard) does.
+    #[must_use = "the locks are released as soon as the guard is dropped"]
+    MultiGuard(crate::MultiGuard),
+    "a part"
+);
 
 impl MultiGuard {
     /// The fencing token of the part `name`, or `None` when the multi-lock has no such part.
@@ -119,27 +114,6 @@ impl MultiGuard {
     /// Every part's name and fencing token, in the order they were taken.
     pub fn fencing_tokens(&self) -> Vec<(&str, u64)> {
         self.held.get().fencing_tokens()
-    }
-
-    /// Blocks until any part is known lost; see [`Guard::lost`](super::Guard::lost).
-    pub fn lost(&self) -> Error {
-        self.held.lost()
-    }
-
-    /// Blocks at most `limit` until any part is known lost; `None` when the limit passed
-    /// with every part held.
-    pub fn lost_timeout(&self, limit: Duration) -> Option<Error> {
-        self.held.lost_timeout(limit)
-    }
-
-    /// True once the client knows a part is lost. Does not block.
-    pub fn is_lost(&self) -> bool {
-        self.held.loss_reason().is_some()
-    }
-
-    /// Why a part was lost, once known. Does not block.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.held.loss_reason()
     }
 
     /// Moves the end of every part's fixed lease to `lease` from now.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::held::Held;
+use super::held::{Held, blocking_guard};
 use super::runtime::OnRuntime;
 use crate::error::{Error, LossReason, Result};
 use crate::options::AcquireOptions;
@@ -151,46 +151,20 @@ impl RwLock {
     }
 }
 
-/// A shared read lock of an [`RwLock`]: [`crate::ReadGuard`] without `async`. Dropping it
-/// releases in the background, as a dropped [`Guard`](super::Guard) does.
-#[must_use = "the read lock is released as soon as the guard is dropped"]
-pub struct ReadGuard {
-    held: Held<crate::ReadGuard>,
-}
-
-impl fmt::Debug for ReadGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.held.fmt(f)
-    }
-}
+blocking_guard!(
+    /// A shared read lock of an [`RwLock`]: [`crate::ReadGuard`] without `async`. Dropping it
+    /// releases in the background, as a dropped [`Guard`](super::Guard) does.
+    #[must_use = "the read lock is released as soon as the guard is dropped"]
+    ReadGuard(crate::ReadGuard),
+    "the read lock",
+    "A writer may hold the lock after that."
+);
 
 impl ReadGuard {
     /// This read's fencing token: larger than every write's granted before it, smaller than
     /// every write's granted after it.
     pub fn fencing_token(&self) -> u64 {
         self.held.get().fencing_token()
-    }
-
-    /// Blocks until the read lock is known lost; a writer may hold the lock after that. See
-    /// [`Guard::lost`](super::Guard::lost).
-    pub fn lost(&self) -> Error {
-        self.held.lost()
-    }
-
-    /// Blocks at most `limit` until the read lock is known lost; `None` when the limit
-    /// passed with it held.
-    pub fn lost_timeout(&self, limit: Duration) -> Option<Error> {
-        self.held.lost_timeout(limit)
-    }
-
-    /// True once the client knows the read lock is lost. Does not block.
-    pub fn is_lost(&self) -> bool {
-        self.held.loss_reason().is_some()
-    }
-
-    /// Why it was lost, once known. Does not block.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.held.loss_reason()
     }
 
     /// Releases the read lock.
@@ -202,45 +176,18 @@ impl ReadGuard {
     }
 }
 
-/// The exclusive write lock of an [`RwLock`]: [`crate::WriteGuard`] without `async`.
-/// Dropping it releases in the background, as a dropped [`Guard`](super::Guard) does.
-#[must_use = "the write lock is released as soon as the guard is dropped"]
-pub struct WriteGuard {
-    held: Held<crate::WriteGuard>,
-}
-
-impl fmt::Debug for WriteGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.held.fmt(f)
-    }
-}
+blocking_guard!(
+    /// The exclusive write lock of an [`RwLock`]: [`crate::WriteGuard`] without `async`.
+    /// Dropping it releases in the background, as a dropped [`Guard`](super::Guard) does.
+    #[must_use = "the write lock is released as soon as the guard is dropped"]
+    WriteGuard(crate::WriteGuard),
+    "a lock the write holds"
+);
 
 impl WriteGuard {
     /// This write's fencing token: larger than every read's and write's granted before it.
     pub fn fencing_token(&self) -> u64 {
         self.held.get().fencing_token()
-    }
-
-    /// Blocks until any lock the write holds is known lost. See
-    /// [`Guard::lost`](super::Guard::lost).
-    pub fn lost(&self) -> Error {
-        self.held.lost()
-    }
-
-    /// Blocks at most `limit` until the write lock is known lost; `None` when the limit
-    /// passed with it held.
-    pub fn lost_timeout(&self, limit: Duration) -> Option<Error> {
-        self.held.lost_timeout(limit)
-    }
-
-    /// True once the client knows the write lock is lost. Does not block.
-    pub fn is_lost(&self) -> bool {
-        self.held.loss_reason().is_some()
-    }
-
-    /// Why it was lost, once known. Does not block.
-    pub fn loss_reason(&self) -> Option<LossReason> {
-        self.held.loss_reason()
     }
 
     /// Moves the end of a fixed lease on every lock the write holds.

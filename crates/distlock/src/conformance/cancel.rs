@@ -132,7 +132,7 @@ pub async fn cancelled_acquire_leaves_nothing(target: &Target) {
     // on how fast the server answers, so the count of attempts adapts (bounded) instead.
     let (mut cut_mid_request, mut attempts) = (0, 0);
     for polls in [1, 2, 3].into_iter().cycle().take(600) {
-        if attempts >= 30 && (cut_mid_request >= 10 || locks.backend_scheme() == "memory") {
+        if attempts >= 30 && (cut_mid_request >= 10 || process_local(&locks)) {
             break;
         }
         attempts += 1;
@@ -157,7 +157,7 @@ pub async fn cancelled_acquire_leaves_nothing(target: &Target) {
     // The in-process backend answers within the first poll: nothing is ever mid-request
     // there. Everywhere else at least 10 acquires must have been cut while in flight, or the
     // case tested little.
-    if locks.backend_scheme() != "memory" {
+    if !process_local(&locks) {
         assert!(
             cut_mid_request >= 10,
             "only {cut_mid_request} of {attempts} acquires were dropped mid-request: the case tested little"
@@ -168,4 +168,9 @@ pub async fn cancelled_acquire_leaves_nothing(target: &Target) {
         .await
         .expect("a cancelled acquire left the lock held");
     guard.release().await.unwrap();
+}
+
+/// True when `locks` keeps its locks in this process ([`crate::Scheme::process_local`]).
+fn process_local(locks: &crate::Locks) -> bool {
+    crate::scheme::find(locks.backend_scheme()).is_some_and(|scheme| scheme.process_local)
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::cancel::poll_once;
 use super::{
-    SHORT_LEASE, Target, UNLOCK_LEASE, client, finish_tasks, short_lease_client, unique,
+    SHORT_LEASE, Target, UNLOCK_LEASE, client, finish_tasks, hold, short_lease_client, unique,
     unlock_lease_client,
 };
 use crate::{AcquireOptions, LossReason};
@@ -286,12 +286,7 @@ pub async fn multi_lock_is_all_or_nothing(target: &Target) {
     assert!(twice.unwrap_err().is_invalid_input());
     let multi = locks.multi_lock(names.iter().cloned()).unwrap();
     // The last name in the multi-lock's order (`c`), so that the others are taken first.
-    let blocker = other
-        .mutex(names[0].as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let blocker = hold(&other, names[0].as_str()).await;
     assert!(multi.try_acquire().await.unwrap().is_none());
     let err = multi
         .acquire_with(AcquireOptions::new().wait(Duration::from_millis(300)))
@@ -368,12 +363,7 @@ pub async fn promise1_multi_lock_fixed_lease_starts_once_all_are_held(target: &T
     ];
     let locks = client(target).await;
     let other = client(target).await;
-    let blocker = other
-        .mutex(names[2].as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let blocker = hold(&other, names[2].as_str()).await;
     let releaser = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         blocker.release().await.expect("release the blocker");
@@ -462,12 +452,7 @@ pub async fn promise4_cancelled_multi_lock_leaves_nothing(target: &Target) {
     let multi = locks.multi_lock(names.iter().cloned()).unwrap();
     let mut dropped_while_pending = 0;
     for round in 1..=16usize {
-        let blocker = other
-            .mutex(names[round % 3].as_str())
-            .unwrap()
-            .acquire()
-            .await
-            .unwrap();
+        let blocker = hold(&other, names[round % 3].as_str()).await;
         let (granted, pending) = drop_after_polls(
             round,
             multi.acquire_with(AcquireOptions::new().wait(Duration::from_secs(10))),

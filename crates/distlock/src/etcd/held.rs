@@ -77,7 +77,7 @@ pub(super) async fn watch(
                 .filter(|held| held.generation == state.generation)
                 .map(|held| {
                     (
-                        held.watch,
+                        held.extra.watch,
                         Node {
                             key: held.key.clone(),
                             token: held.token,
@@ -271,6 +271,6 @@ fn mark_gone(state: &mut State, key: &[u8], deleted: i64) {
             && held.key.as_bytes() == key
             && u64::try_from(deleted).unwrap_or(0) > held.token
     }) {
-        held.gone = true;
+        held.extra.gone = true;
     }
 }

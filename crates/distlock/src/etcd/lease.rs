@@ -198,17 +198,10 @@ impl Shared {
             return;
         }
         let old = state.lease.take();
-        state.generation += 1;
-        let generation = state.generation;
-        let lost = state.held.len();
-        let watches: Vec<i64> = state.held.drain().map(|(_, held)| held.watch).collect();
-        state.orphans.clear();
+        let ended = state.end_generation();
+        let lost = ended.len();
+        let watches: Vec<i64> = ended.into_iter().map(|held| held.extra.watch).collect();
         state.keys.clear();
-        state.ending.clear();
-        for queued in state.waiters.values_mut() {
-            queued.node = None;
-            queued.generation = generation;
-        }
         drop(state);
         tracing::warn!(locks = lost, why, "etcd lease lost; its locks are lost");
         for watch in watches {
@@ -238,67 +231,33 @@ impl Reap for Shared {
     type Work = Orphan;
 
     fn due(&self, now: Instant) -> (Vec<Orphan>, Option<Instant>) {
-        let mut state = self.state();
-        let generation = state.generation;
-        let expired: Vec<(LockName, Owner)> = state
-            .held
-            .iter()
-            .filter(|(_, held)| held.expires_at <= now)
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in expired {
-            if let Some(held) = state.held.remove(&key) {
-                tracing::debug!(lock = %key.0, "the lease ended; deleting the key");
-                self.unwatch(held.watch);
-                state.ending.insert(key.clone());
-                state.orphans.push(Orphan {
-                    key: held.key,
-                    token: Some(held.token),
-                    generation: held.generation,
-                    ended: Some(key),
-                    late_until: None,
-                    _counted: crate::cleanup::Counted::new(),
-                });
-            }
-        }
-        let mut work = std::mem::take(&mut state.orphans);
-        // Keys of a lost lease are gone with it.
-        work.retain(|orphan| {
-            let keep = orphan.generation == generation;
-            if !keep && let Some(key) = &orphan.ended {
-                state.ending.remove(key);
-            }
-            keep
-        });
-        let next_end = state.held.values().map(|held| held.expires_at).min();
-        (work, next_end)
+        self.state().due(now, |_, held| {
+            self.unwatch(held.extra.watch);
+            (Some(held.token), None)
+        })
     }
 
     async fn reap(&self, work: Vec<Orphan>) -> bool {
         let mut failed = Vec::new();
         for orphan in work {
             if orphan.generation != self.state().generation {
-                if let Some(key) = &orphan.ended {
-                    self.state().ending.remove(key);
-                }
+                self.state().reaped(&orphan);
                 continue;
             }
             match self.delete_key(&orphan.key, orphan.token).await {
                 Ok(_)
                     if orphan.token.is_none()
-                        && orphan.late_until.is_none_or(|until| until > Instant::now()) =>
+                        && orphan.extra.is_none_or(|until| until > Instant::now()) =>
                 {
                     // A put that never answered may still be applied: delete again until it
                     // cannot be any more.
                     let mut orphan = orphan;
-                    orphan.late_until.get_or_insert(Instant::now() + LATE_PUT);
+                    orphan.extra.get_or_insert(Instant::now() + LATE_PUT);
                     failed.push(orphan);
                 }
                 Ok(_) => {
                     let mut state = self.state();
-                    if let Some(key) = &orphan.ended {
-                        state.ending.remove(key);
-                    }
+                    state.reaped(&orphan);
                     if orphan.generation == state.generation {
                         state.keys.remove(&orphan.key);
                     }

@@ -5,6 +5,8 @@ use std::sync::atomic::Ordering;
 
 use tonic::Status;
 
+use crate::queue::Queue as _;
+
 use super::api::etcdserverpb::{RangeRequest, TxnRequest, TxnResponse, range_request::SortOrder};
 use super::rpc::{
     by_creation, created, delete, get, get_prefix, op_delete, op_get, op_put, put, read_kv,

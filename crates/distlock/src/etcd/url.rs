@@ -32,6 +32,7 @@ pub(crate) struct EtcdUrl {
 }
 
 fn invalid(url: &str, reason: impl std::fmt::Display) -> Error {
+    let url = crate::redact::shown(url);
     Error::invalid(
         "URL",
         format!(
@@ -52,28 +53,11 @@ impl EtcdUrl {
             Some(slash) => (&rest[..slash], &rest[slash + 1..]),
             None => (rest, ""),
         };
-        if hosts.is_empty() {
-            return Err(invalid(url, "no server is named"));
-        }
-        let mut endpoints = Vec::new();
-        for host in hosts.split(',') {
-            let (name, port) = match host.rsplit_once(':') {
-                Some((name, port)) => (name, port),
-                None => (host, "2379"),
-            };
-            if name.is_empty() || name.contains('@') {
-                return Err(invalid(
-                    url,
-                    format!("server {host:?} has no host name (or has user info, not supported)"),
-                ));
-            }
-            let port: u16 = port
-                .parse()
-                .ok()
-                .filter(|port| *port != 0)
-                .ok_or_else(|| invalid(url, format!("server {host:?} has a bad port")))?;
-            endpoints.push(format!("http://{name}:{port}"));
-        }
+        let endpoints = crate::scheme::host_list(url, hosts)
+            .map_err(|why| invalid(url, why))?
+            .into_iter()
+            .map(|(name, port)| format!("http://{name}:{port}"))
+            .collect();
         if path.contains('#') {
             return Err(invalid(url, "the prefix may not contain #"));
         }

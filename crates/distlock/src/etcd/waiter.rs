@@ -8,90 +8,34 @@ use super::api::mvccpb::event::EventType;
 use super::url::WatchStart;
 use super::*;
 use crate::backend::Woken;
+use crate::queue::Place;
 
 /// How long a waiter whose request failed waits before it lets the caller try again.
 const PAUSE_AFTER_FAILURE: Duration = Duration::from_millis(100);
 
-/// A waiter: its key in the queue, put by the owner's next attempt.
+/// A waiter: its place in the queue, whose key the owner's next attempt puts.
 pub(super) struct EtcdWaiter {
-    pub(super) shared: Arc<Shared>,
-    pub(super) id: u64,
-    pub(super) name: LockName,
-    pub(super) owner: Owner,
+    pub(super) place: Place<Shared>,
     pub(super) lock_prefix: String,
-    pub(super) lease: Duration,
     pub(super) status: watch::Receiver<SessionStatus>,
 }
 
-impl Drop for EtcdWaiter {
-    fn drop(&mut self) {
-        let mut state = self.shared.state();
-        if let Some(queued) = state.waiters.remove(&self.id)
-            && let Some(node) = queued.node
-        {
-            // Not granted: leave the queue (in the background, as Drop cannot wait).
-            state.orphans.push(Orphan {
-                key: node.key,
-                token: Some(node.token),
-                generation: queued.generation,
-                ended: None,
-                late_until: None,
-                _counted: crate::cleanup::Counted::new(),
-            });
-            drop(state);
-            self.shared.reaper.notify_one();
-        }
-    }
-}
-
 impl EtcdWaiter {
-    /// Our key now and its lease's generation, if we have one under the current lease.
-    fn node(&self) -> Option<(Node, u64)> {
-        let state = self.shared.state();
-        state
-            .waiters
-            .get(&self.id)
-            .filter(|queued| queued.generation == state.generation)
-            .and_then(|queued| queued.node.clone())
-            .map(|node| (node, state.generation))
-    }
-
-    /// Takes the lock with our key, now first in line.
-    fn granted(&self, node: &Node, generation: u64) -> Woken {
-        let since = Instant::now();
-        if self.shared.record_grant(
-            &self.name,
-            &self.owner,
-            node,
-            self.lease,
-            generation,
-            Some(self.id),
-        ) {
-            Woken::Granted {
-                fencing_token: node.token,
-                since,
-                lease: self.lease,
-            }
-        } else {
-            Woken::Retry
-        }
-    }
-
     /// Opens a watch on `key`, from now or (`?watch=etcd`) from `revision`.
     async fn watch(&self, key: &[u8], revision: i64) -> Result<Streaming<WatchResponse>> {
         let create = WatchCreateRequest {
             key: key.to_vec(),
-            start_revision: match self.shared.url.watch {
+            start_revision: match self.place.shared.url.watch {
                 WatchStart::Now => 0,
                 WatchStart::Revision => revision,
             },
             ..WatchCreateRequest::default()
         };
-        let (_requests, stream) = self
-            .shared
+        let shared = &self.place.shared;
+        let (_requests, stream) = shared
             .call(
                 "watch a lock key",
-                self.shared.rpc.watch(rpc::watch_create(create)),
+                shared.rpc.watch(rpc::watch_create(create)),
             )
             .await?;
         // Dropping the requests' half leaves the stream open; dropping the stream ends it.
@@ -122,18 +66,18 @@ async fn deleted(stream: &mut Streaming<WatchResponse>) {
 impl ReleaseWaiter for EtcdWaiter {
     async fn wait(&mut self, max: Duration) -> Woken {
         // A watch lost in some way nobody foresaw costs one lease TTL, not a hang.
-        let deadline = Instant::now() + max.min(self.shared.url.lease_ttl);
+        let deadline = Instant::now() + max.min(self.place.shared.url.lease_ttl);
         self.status.borrow_and_update();
         let pause = || tokio::time::sleep_until(deadline.min(Instant::now() + PAUSE_AFTER_FAILURE));
         loop {
             if Instant::now() >= deadline {
                 return Woken::Retry;
             }
-            let Some((node, generation)) = self.node() else {
+            let Some((node, generation)) = self.place.entry() else {
                 // The next attempt puts the key.
                 return Woken::Retry;
             };
-            let look = match self.shared.look(&self.lock_prefix, &node).await {
+            let look = match self.place.shared.look(&self.lock_prefix, &node).await {
                 Ok(look) => look,
                 Err(error) => {
                     tracing::debug!(%error, "looking at the queue failed");
@@ -146,7 +90,10 @@ impl ReleaseWaiter for EtcdWaiter {
                 return Woken::Retry;
             }
             let Some((predecessor, created)) = look.predecessor else {
-                return self.granted(&node, generation);
+                return self
+                    .place
+                    .granted(&node, generation)
+                    .unwrap_or(Woken::Retry);
             };
             let mut stream = match self.watch(&predecessor, look.revision).await {
                 Ok(stream) => stream,
@@ -156,9 +103,9 @@ impl ReleaseWaiter for EtcdWaiter {
                     return Woken::Retry;
                 }
             };
-            if self.shared.url.watch == WatchStart::Now {
+            if self.place.shared.url.watch == WatchStart::Now {
                 // A deletion between the look and the watch is not in the watch: look again.
-                match self.shared.exists(&predecessor, created).await {
+                match self.place.shared.exists(&predecessor, created).await {
                     Ok(true) => {}
                     Ok(false) => continue,
                     Err(error) => {

@@ -17,6 +17,9 @@ use crate::mutex::Guard;
 use crate::name::LockName;
 use crate::options::{AcquireOptions, MAX_DURATION, lease_deadline};
 
+/// How long a wait that ran out gives its waiter to leave the queue before it answers.
+const LEAVE_LIMIT: Duration = Duration::from_secs(1);
+
 /// Waits for the lock as `owner` within `options`: `None` when the wait ran out. Measured
 /// (see [`meter`](crate::meter)).
 pub(crate) async fn acquire_loop(
@@ -91,6 +94,11 @@ async fn wait_for_grant(
                 };
                 if remaining.is_zero() {
                     tracing::debug!("held by another owner; giving up");
+                    if let Some(waiter) = waiter.as_mut() {
+                        // Bounded, so that a slow server does not stretch the caller's wait
+                        // by more than this: what is not done by then the drop does.
+                        let _ = tokio::time::timeout(LEAVE_LIMIT, waiter.leave()).await;
+                    }
                     return Ok(None);
                 }
                 measured.waits();

@@ -114,13 +114,15 @@ pub(super) fn standalone_info(url: &str) -> Result<redis::ConnectionInfo> {
         let db = path.split_once('/').map(|(_, db)| db).unwrap_or_default();
         let reason = match port {
             Some(port) if port.parse::<u16>().map_or(true, |port| port == 0) => {
-                format!("port {port:?} is not a number from 1 to 65535")
+                let port = crate::redact::piece(url, port, || "of the URL".to_owned());
+                format!("port {port} is not a number from 1 to 65535")
             }
             _ if host_port.is_empty() || host_port.starts_with(':') => {
                 "it names no host".to_owned()
             }
             _ if !db.is_empty() && db.parse::<u32>().is_err() => {
-                format!("database {db:?} is not a number")
+                let db = crate::redact::piece(url, db, || "(the path)".to_owned());
+                format!("database {db} is not a number")
             }
             _ => "the Redis driver cannot read it".to_owned(),
         };

@@ -142,7 +142,10 @@ pub(crate) fn check_url(url: &str) -> Result<()> {
 pub(super) fn parse(url: &str) -> Result<Target> {
     let (url, mut options) = take_options(url)?;
     let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(bad_url(format!("{url:?} has no scheme")));
+        return Err(bad_url(format!(
+            "{:?} has no scheme",
+            crate::redact::shown(&url)
+        )));
     };
     let (scheme, deployment): (&'static str, _) = match scheme {
         "redis" => ("redis", Deployment::Standalone(url.clone())),
@@ -324,9 +327,11 @@ pub(super) async fn standalone(client: &redis::Client) -> redis::RedisResult<Com
     let config = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_number_of_retries(2);
-    Ok(Commands::Standalone(
-        client.get_connection_manager_with_config(config).await?,
-    ))
+    let mut connection = client.get_connection_manager_with_config(config).await?;
+    // A server that wants credentials the URL did not give answers NOAUTH to any command:
+    // ask once, so that connecting says so rather than the first lock.
+    let _: String = redis::cmd("PING").query_async(&mut connection).await?;
+    Ok(Commands::Standalone(connection))
 }
 
 /// The Cluster hash slot of a key (CRC16/XMODEM of its hash tag, modulo 16384).

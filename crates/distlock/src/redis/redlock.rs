@@ -106,8 +106,9 @@ impl RedlockBackend {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a malformed URL (fewer than 3 masters, an even number, a
-    /// master named twice, an option out of range); [`Error::Backend`] when a majority cannot
-    /// be reached.
+    /// master named twice, an option out of range); [`Error::NotAuthorized`] when no majority
+    /// could be reached and a master refused the URL's credentials; [`Error::Backend`] when a
+    /// majority cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
         let url = RedlockUrl::parse(url)?;
         let masters: Vec<Master> = url
@@ -128,22 +129,36 @@ impl RedlockBackend {
             scripts: Arc::new(RedlockScripts::new()),
             epoch: Instant::now(),
         };
-        let reached = join_all((0..backend.masters.len()).map(|i| {
+        let answers = join_all((0..backend.masters.len()).map(|i| {
             let masters = backend.masters.clone();
             async move {
                 let master = &masters[i];
                 match RedisBackend::connect(&master.url).await {
-                    Ok(redis) => master.redis.set(redis).is_ok(),
+                    Ok(redis) => Ok(master.redis.set(redis).is_ok()),
                     Err(error) => {
-                        tracing::warn!(master = %master.url, %error, "redlock: a master is not reachable; connecting in the background");
+                        tracing::warn!(master = %crate::redact::shown(&master.url), %error, "redlock: a master is not reachable; connecting in the background");
                         Master::connect_in_background(&masters, i);
-                        false
+                        Err(error)
                     }
                 }
             }
         }))
         .await;
-        let reached = reached.into_iter().filter(|r| *r).count();
+        let (mut refused, mut reached) = (None, 0);
+        for answer in answers {
+            match answer {
+                Ok(true) => reached += 1,
+                Err(error) if error.is_not_authorized() => refused = refused.or(Some(error)),
+                Ok(false) | Err(_) => {}
+            }
+        }
+        // Masters that refuse the credentials are not masters that are down: without a
+        // majority, say so.
+        if reached < backend.quorum
+            && let Some(refused) = refused
+        {
+            return Err(refused);
+        }
         if reached < backend.quorum {
             return Err(Error::backend(
                 SCHEME,
@@ -220,7 +235,10 @@ impl Master {
             Error::backend(
                 SCHEME,
                 "request",
-                format!("master {} is not connected yet", self.url),
+                format!(
+                    "master {} is not connected yet",
+                    crate::redact::shown(&self.url)
+                ),
             )
         })
     }
@@ -239,7 +257,7 @@ impl Master {
                 let master = &all[i];
                 if let Ok(redis) = RedisBackend::connect(&master.url).await {
                     let _ = master.redis.set(redis);
-                    tracing::info!(master = %master.url, "redlock: master connected");
+                    tracing::info!(master = %crate::redact::shown(&master.url), "redlock: master connected");
                     return;
                 }
                 drop(all);
@@ -254,6 +272,8 @@ impl Master {
 fn query_joiner(url: &str) -> char {
     if url.contains('?') { '&' } else { '?' }
 }
+
+crate::driver::driver!(Redlock, check_url: check_url, open: connect);
 
 #[async_trait]
 impl Backend for RedlockBackend {

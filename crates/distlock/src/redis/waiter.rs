@@ -52,6 +52,17 @@ pub(super) struct Queued {
 pub(super) const REFRESHES_KEPT: usize = 16;
 
 impl Queued {
+    /// Leaves the queue; gives back a lock handed to us that we did not take, and passes a
+    /// free lock on. Running it again changes nothing.
+    pub(super) async fn leave(&self) -> redis::RedisResult<i64> {
+        self.keys
+            .passing_on(&self.backend.scripts.leave)
+            .arg(&self.id)
+            .arg(millis(TICKET_STALE))
+            .invoke_async(&mut self.backend.connection.clone())
+            .await
+    }
+
     /// Joins the queue, or marks us seen if we are in it; takes the lock if it was handed to
     /// us and the announcement was missed.
     pub(super) async fn enqueue(&mut self) -> Result<Option<Woken>> {
@@ -149,6 +160,16 @@ impl RedisWaiter {
 
 #[async_trait]
 impl ReleaseWaiter for RedisWaiter {
+    async fn leave(&mut self) {
+        // Forgotten only once left: cancelled before, the drop leaves again.
+        if let Some(queued) = self.queued.as_ref()
+            && queued.leave().await.is_ok()
+        {
+            self.queued = None;
+            self.handed = None;
+        }
+    }
+
     async fn wait(&mut self, max: Duration) -> Woken {
         if let Some(handed) = self.handed.take() {
             self.queued = None;
@@ -228,13 +249,7 @@ impl Drop for RedisWaiter {
             // free lock on). Best effort: a ticket left behind goes stale in a second, and a
             // lock handed to us frees when its lease ends.
             crate::cleanup::spawn_on(&runtime, async move {
-                let _: redis::RedisResult<i64> = queued
-                    .keys
-                    .passing_on(&queued.backend.scripts.leave)
-                    .arg(&queued.id)
-                    .arg(millis(TICKET_STALE))
-                    .invoke_async(&mut queued.backend.connection.clone())
-                    .await;
+                let _ = queued.leave().await;
             });
         }
         let own = self.own.take().map(|(channel, _)| channel);

@@ -16,29 +16,6 @@
 use super::{Scheme, of_url};
 use crate::error::{Error, Result};
 
-/// `%XX` escapes decoded; anything else (and a malformed escape) kept as it is.
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(high), Some(low)) = (
-                bytes.get(i + 1).copied().and_then(hex),
-                bytes.get(i + 2).copied().and_then(hex),
-            )
-        {
-            out.push(u8::try_from(high * 16 + low).unwrap_or(b'?'));
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// A URL's query, checked against its scheme's keys.
 #[derive(Debug)]
 pub(crate) struct Query<'a> {
@@ -59,7 +36,7 @@ impl<'a> Query<'a> {
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
             let (raw_key, value) = pair.split_once('=').unwrap_or((pair, ""));
             // Drivers decode percent-escaped keys (`options%5Bsearch_path%5D`): so is the check.
-            let decoded = percent_decoded(raw_key);
+            let decoded = crate::percent::decoded(raw_key);
             let key = decoded.as_str();
             if let Some(option) = scheme.own_options().find(|o| o.key == key) {
                 if own.iter().any(|(seen, _)| *seen == option.key) {
@@ -299,7 +276,6 @@ mod tests {
             query.driver_url(base),
             "postgres://h/db?options%5Bsearch_path%5D=x"
         );
-        assert_eq!(percent_decoded("a%5Bb%5d%zz%"), "a[b]%zz%");
         let (_, query) = Query::parse("mysql://h/?mode=row").unwrap();
         assert!(query.choice("mode", &["named", "table"]).is_err());
     }

@@ -121,6 +121,31 @@ impl ReleaseWaiter for SqliteWaiter {
         self.wait_for_release(max).await;
         Woken::Retry
     }
+
+    async fn leave(&mut self) {
+        let Some(ticket) = self.ticket else {
+            return;
+        };
+        // The ticket is forgotten only once it is deleted: cancelled before, the drop
+        // deletes it again (a delete of a gone ticket changes nothing).
+        if self
+            .backend
+            .run("leave the queue", move |conn| delete_ticket(conn, ticket))
+            .await
+            .is_ok()
+        {
+            self.ticket = None;
+        }
+    }
+}
+
+/// Removes a waiter's ticket from the queue.
+fn delete_ticket(conn: &Connection, ticket: i64) -> rusqlite::Result<usize> {
+    execute(
+        conn,
+        "DELETE FROM distlock_waiters WHERE ticket = ?1",
+        [ticket],
+    )
 }
 
 impl SqliteWaiter {
@@ -251,13 +276,7 @@ impl Drop for SqliteWaiter {
             let backend = self.backend.clone();
             crate::cleanup::spawn_on(&runtime, async move {
                 let _ = backend
-                    .run("leave the queue", move |conn| {
-                        execute(
-                            conn,
-                            "DELETE FROM distlock_waiters WHERE ticket = ?1",
-                            [ticket],
-                        )
-                    })
+                    .run("leave the queue", move |conn| delete_ticket(conn, ticket))
                     .await;
             });
         }

@@ -97,12 +97,10 @@ pub(super) struct Hints {
     seen: Vec<AtomicU64>,
 }
 
-/// How many segments an order tries (`try_acquire`) before it waits for one, on PostgreSQL
-/// and MySQL. A try that finds the lock busy still costs a round trip, which there queues on
-/// the client's one primary lock connection: in the hot-item scenario PostgreSQL sold 15.7x
-/// faster than one lock when orders tried every segment, 17.2x to 17.4x with 1 to 3 tries,
-/// 16.4x with none. Redis sold as fast with 2 tries as with all, and the Redis spin lock,
-/// whose waiting is polling, 17.4x with 2 against 18.9x with all.
+/// How many segments an order tries (`try_acquire`) before it waits for one where the
+/// client's attempts share connections (PostgreSQL, MySQL): a try that finds the lock busy
+/// still costs a round trip, which there queues on the client's one primary lock connection.
+/// docs/stock.md gives the hot-item figures the number was chosen by.
 const SESSION_TRIES: usize = 2;
 
 /// A segment no order of this handle has looked at yet.
@@ -191,9 +189,10 @@ impl SegmentedStock {
                 .collect::<Result<_>>()?,
             hints: Hints::new(segments as usize),
             sweeps: Arc::default(),
-            tries: match locks.backend_scheme() {
-                "postgres" | "mysql" => SESSION_TRIES,
-                _ => segments as usize,
+            tries: if locks.attempts_share_a_connection() {
+                SESSION_TRIES
+            } else {
+                segments as usize
             },
         })
     }

@@ -10,40 +10,10 @@ impl Reap for Shared {
     type Work = Orphan;
 
     fn due(&self, now: Instant) -> (Vec<Orphan>, Option<Instant>) {
-        let mut state = self.state();
-        let generation = state.generation;
-        let expired: Vec<(LockName, Owner)> = state
-            .held
-            .iter()
-            .filter(|(_, held)| held.expires_at <= now)
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in expired {
-            if let Some(held) = state.held.remove(&key) {
-                tracing::debug!(lock = %key.0, "the lease ended; deleting the node");
-                state.ending.insert(key.clone());
-                let token = self.url.naive.then_some(held.token);
-                state.orphans.push(Orphan {
-                    ended: Some(key.clone()),
-                    path: held.path,
-                    token,
-                    generation: held.generation,
-                    prefix_lookups: None,
-                    _counted: crate::cleanup::Counted::new(),
-                });
-            }
-        }
-        let mut work = std::mem::take(&mut state.orphans);
-        // Nodes of an ended session are gone with it.
-        work.retain(|orphan| {
-            let keep = orphan.generation == generation;
-            if !keep && let Some(key) = &orphan.ended {
-                state.ending.remove(key);
-            }
-            keep
-        });
-        let next_end = state.held.values().map(|held| held.expires_at).min();
-        (work, next_end)
+        // The naive lock's nodes share one path: delete only the ended hold's.
+        let naive = self.url.naive;
+        self.state()
+            .due(now, |_, held| (naive.then_some(held.token), None))
     }
 
     async fn reap(&self, work: Vec<Orphan>) -> bool {
@@ -51,34 +21,28 @@ impl Reap for Shared {
         let mut failed = Vec::new();
         for orphan in work {
             if orphan.generation != session.generation {
-                if let Some(key) = &orphan.ended {
-                    self.state().ending.remove(key);
-                }
+                self.state().reaped(&orphan);
                 continue;
             }
-            if let Some(lookups) = orphan.prefix_lookups {
-                match self.delete_protected(&session, &orphan.path).await {
+            if let Some(lookups) = orphan.extra {
+                match self.delete_protected(&session, &orphan.key).await {
                     Ok(true) => {}
                     Ok(false) if lookups > 0 => failed.push(Orphan {
-                        prefix_lookups: Some(lookups - 1),
+                        extra: Some(lookups - 1),
                         ..orphan
                     }),
                     Ok(false) => {}
                     Err(error) => {
-                        tracing::warn!(prefix = %orphan.path, %error, "looking for a lock node failed; retrying");
+                        tracing::warn!(prefix = %orphan.key, %error, "looking for a lock node failed; retrying");
                         failed.push(orphan);
                     }
                 }
                 continue;
             }
-            match self.delete_node(&session, &orphan.path, orphan.token).await {
-                Ok(_) => {
-                    if let Some(key) = &orphan.ended {
-                        self.state().ending.remove(key);
-                    }
-                }
+            match self.delete_node(&session, &orphan.key, orphan.token).await {
+                Ok(_) => self.state().reaped(&orphan),
                 Err(error) => {
-                    tracing::warn!(node = %orphan.path, %error, "deleting a lock node failed; retrying");
+                    tracing::warn!(node = %orphan.key, %error, "deleting a lock node failed; retrying");
                     failed.push(orphan);
                 }
             }
@@ -151,17 +115,7 @@ pub(super) async fn supervise(shared: Weak<Shared>, mut watcher: zk::StateWatche
 async fn renew_session(shared: &Weak<Shared>) -> Option<zk::StateWatcher> {
     {
         let strong = shared.upgrade()?;
-        let mut state = strong.state();
-        state.generation += 1;
-        let generation = state.generation;
-        let lost = state.held.len();
-        state.held.clear();
-        state.orphans.clear();
-        for queued in state.waiters.values_mut() {
-            queued.node = None;
-            queued.generation = generation;
-        }
-        drop(state);
+        let lost = strong.state().end_generation().len();
         tracing::warn!(locks = lost, "ZooKeeper session lost; its locks are lost");
         strong.status.send_modify(|status| {
             status.state = SessionState::Suspended;
@@ -175,11 +129,7 @@ async fn renew_session(shared: &Weak<Shared>) -> Option<zk::StateWatcher> {
             let generation = strong.state().generation;
             (strong.url.clone(), generation)
         };
-        match zk::Client::connector()
-            .with_session_timeout(url.session_timeout)
-            .connect(&url.cluster)
-            .await
-        {
+        match url.connector().connect(&url.cluster).await {
             Ok(client) => {
                 let strong = shared.upgrade()?;
                 let watcher = client.state_watcher();

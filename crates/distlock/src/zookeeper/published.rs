@@ -56,12 +56,16 @@ impl Shared {
                     .map(drop),
                 None => match session
                     .client
-                    .create(&path, &record.encode(), &persistent())
+                    .create(
+                        &path,
+                        &record.encode(),
+                        &self.url.node(zk::CreateMode::Persistent),
+                    )
                     .await
                 {
                     Err(zk::Error::NoNode) => session
                         .client
-                        .mkdir(&self.url.base, &persistent())
+                        .mkdir(&self.url.base, &self.url.node(zk::CreateMode::Persistent))
                         .await
                         .and(Err(zk::Error::NoNode)),
                     other => other.map(drop),

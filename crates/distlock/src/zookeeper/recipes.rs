@@ -157,41 +157,6 @@ pub(super) fn last_blocker(kind: &LockKind, blocker: usize) -> bool {
 }
 
 impl Shared {
-    /// Deletes every node that holds `name`, in every recipe's line (all readers of a
-    /// read-write lock), including one granted on another server just before this call; the
-    /// naive lock's one node. True when something was freed.
-    pub(super) async fn force_unlock(&self, name: &LockName) -> Result<bool> {
-        let session = self.session();
-        let lock = lock_path(&self.url.base, name.as_str());
-        if self.url.naive {
-            return match session.client.delete(&lock, None).await {
-                Ok(()) => Ok(true),
-                Err(zk::Error::NoNode) => Ok(false),
-                Err(e) => Err(self.err("force-unlock", e)),
-            };
-        }
-        self.catch_up(&session, &lock, "force-unlock").await?;
-        for _ in 0..ATTEMPTS {
-            let holders = holders(&self.queue(&session, &lock).await?);
-            if holders.is_empty() {
-                return Ok(false);
-            }
-            let mut freed = false;
-            for node in holders {
-                match session.client.delete(&format!("{lock}/{node}"), None).await {
-                    Ok(()) => freed = true,
-                    // Released meanwhile.
-                    Err(zk::Error::NoNode) => {}
-                    Err(e) => return Err(self.err("force-unlock", e)),
-                }
-            }
-            if freed {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
     /// The line a node of `kind` stands in under `lock`, first first; empty when the lock
     /// node is gone.
     pub(super) async fn line(

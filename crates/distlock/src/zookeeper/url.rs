@@ -3,13 +3,15 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use zookeeper_client as zk;
+
 use crate::error::{Error, Result};
 
 /// The session timeout asked for when the URL names none. The server clamps it to between 2
 /// and 20 of its ticks (4 s to 40 s with the default 2 s tick).
 pub(crate) const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The parsed URL.
+/// The parsed URL. Its `Debug` shows no password.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ZkUrl {
     /// The connect string: `host:port,host:port`.
@@ -18,9 +20,26 @@ pub(crate) struct ZkUrl {
     pub(crate) base: String,
     pub(crate) naive: bool,
     pub(crate) session_timeout: Duration,
+    /// The digest identity of the URL's user info (`zk://user:password@...`), which every
+    /// session authenticates as and which alone may change the nodes it creates.
+    pub(crate) digest: Option<Digest>,
+}
+
+/// A ZooKeeper `digest` identity: a user and its password. Its `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Digest {
+    user: String,
+    password: String,
+}
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Digest({:?}:***)", self.user)
+    }
 }
 
 fn invalid(url: &str, reason: impl std::fmt::Display) -> Error {
+    let url = crate::redact::shown(url);
     Error::invalid(
         "URL",
         format!(
@@ -39,40 +58,52 @@ impl ZkUrl {
         } else {
             return Err(invalid(url, "the scheme must be zk or zk+naive"));
         };
+        // The user info is what stands before the last `@`. With a raw `/`, `?`, `#` or `,`
+        // in it, the URL's parts (and the redaction of the password in messages) would start
+        // inside the password: refuse it, quoting nothing of the URL.
+        if let Some((user_info, _)) = rest.rsplit_once('@')
+            && user_info.contains(['/', '?', '#', ','])
+        {
+            return Err(Error::invalid(
+                "URL",
+                "the user info of a zk:// URL holds a raw `/`, `?`, `#` or `,` (or an `@` \
+                 stands after the host list): percent-encode them in the user and the password \
+                 (`/` is %2F, `?` %3F, `#` %23, `,` %2C, `@` %40)",
+            ));
+        }
         let (_, query) = crate::scheme::Query::parse(url)?;
         let rest = rest.split_once('?').map_or(rest, |(rest, _)| rest);
-        let (hosts, path) = match rest.find('/') {
+        let (authority, path) = match rest.find('/') {
             Some(slash) => (&rest[..slash], &rest[slash..]),
             None => (rest, ""),
         };
-        if hosts.is_empty() {
-            return Err(invalid(url, "no server is named"));
-        }
-        let mut cluster = Vec::new();
-        for host in hosts.split(',') {
-            let (name, port) = match host.rsplit_once(':') {
-                Some((name, port)) => (name, port),
-                None => (host, "2181"),
-            };
-            if name.is_empty() {
-                return Err(invalid(url, format!("server {host:?} has no host name")));
-            }
-            let port: u16 = port
-                .parse()
-                .ok()
-                .filter(|port| *port != 0)
-                .ok_or_else(|| invalid(url, format!("server {host:?} has a bad port")))?;
-            cluster.push(format!("{name}:{port}"));
-        }
+        let (digest, hosts) = match authority.rsplit_once('@') {
+            Some((user_info, hosts)) => (Some(Digest::parse(url, user_info)?), hosts),
+            None => (None, authority),
+        };
+        let cluster: Vec<String> = crate::scheme::host_list(url, hosts)
+            .map_err(|why| invalid(url, why))?
+            .into_iter()
+            .map(|(name, port)| format!("{name}:{port}"))
+            .collect();
         let base = match path.trim_end_matches('/') {
+            "" if digest.is_some() => {
+                return Err(invalid(
+                    url,
+                    "a URL with a ZooKeeper identity names a base path of its own \
+                     (zk://user:password@host/app/locks): the nodes it makes are that \
+                     identity's alone, and the default base is shared by every client",
+                ));
+            }
             "" if naive => "/distlock/naive".to_owned(),
             "" => "/distlock/locks".to_owned(),
             base => {
                 for part in base[1..].split('/') {
                     if part.is_empty() || part == "." || part == ".." {
+                        let base = crate::redact::piece(url, base, || "of the URL".to_owned());
                         return Err(invalid(
                             url,
-                            format!("the base path {base:?} has an empty, . or .. part"),
+                            format!("the base path {base} has an empty, . or .. part"),
                         ));
                     }
                 }
@@ -93,7 +124,92 @@ impl ZkUrl {
             base,
             naive,
             session_timeout,
+            digest,
         })
+    }
+
+    /// Checks, on a session of this URL, that its base path (made already) is the URL's
+    /// identity's: its ACL, which ZooKeeper shows only to an identity with READ or ADMIN on it
+    /// (another identity gets `NoAuth`), and which must not give `world:anyone` more than
+    /// reading. Without an identity, nothing to check.
+    ///
+    /// # Errors
+    /// [`Error::NotAuthorized`] when the base path belongs to another identity;
+    /// [`Error::InvalidInput`] when it is open to every client.
+    pub(crate) async fn check_base(&self, scheme: &'static str, client: &zk::Client) -> Result<()> {
+        if self.digest.is_none() {
+            return Ok(());
+        }
+        let failed = |e| super::zk_error(scheme, "read the base path", e);
+        let (acl, _) = client.get_acl(&self.base).await.map_err(failed)?;
+        let open = acl.iter().any(|entry| {
+            entry.scheme() == "world"
+                && entry.id() == "anyone"
+                && [
+                    zk::Permission::WRITE,
+                    zk::Permission::CREATE,
+                    zk::Permission::DELETE,
+                    zk::Permission::ADMIN,
+                ]
+                .into_iter()
+                .any(|right| entry.permission().has(right))
+        });
+        if open {
+            return Err(Error::invalid(
+                "base path",
+                format!(
+                    "{} is open to every client (world:anyone), so its locks could not be this \
+                     identity's alone: name a new base path, or make it the identity's (in \
+                     zkCli.sh: addauth digest USER:PASSWORD, then setAcl -R {} auth::cdrwa)",
+                    self.base, self.base
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The options of a node of `mode`: open to every client (`world:anyone`), or with a
+    /// digest identity, all rights to that identity alone (`auth`, Curator's
+    /// `creatorAllAcl`): another identity can neither create under it, change it nor delete
+    /// what it holds.
+    pub(crate) fn node(&self, mode: zk::CreateMode) -> zk::CreateOptions<'static> {
+        mode.with_acls(if self.digest.is_some() {
+            zk::Acls::creator_all()
+        } else {
+            zk::Acls::anyone_all()
+        })
+    }
+
+    /// A connector for a session of this URL: its session timeout, and its digest identity
+    /// where it has one (sent again on every reconnect of the session).
+    pub(crate) fn connector(&self) -> zk::Connector {
+        let connector = zk::Client::connector().with_session_timeout(self.session_timeout);
+        match &self.digest {
+            Some(digest) => connector.with_auth(
+                "digest",
+                format!("{}:{}", digest.user, digest.password).as_bytes(),
+            ),
+            None => connector,
+        }
+    }
+}
+
+impl Digest {
+    /// The `user:password` of a URL (percent-decoded).
+    fn parse(url: &str, user_info: &str) -> Result<Digest> {
+        let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
+        let (user, password) = (
+            crate::percent::decoded(user),
+            crate::percent::decoded(password),
+        );
+        if user.is_empty() || password.is_empty() || user.contains(':') {
+            return Err(invalid(
+                url,
+                "the user info must be user:password, the digest identity every session \
+                 authenticates as (percent-encode `:`, `@`, `/` and `,` in them)",
+            ));
+        }
+        Ok(Digest { user, password })
     }
 }
 
@@ -157,6 +273,56 @@ mod tests {
         ] {
             let err = ZkUrl::parse(bad).expect_err(bad);
             assert!(err.is_invalid_input(), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn user_info_is_a_digest_identity_whose_password_is_never_shown() {
+        let url = ZkUrl::parse("zk://app:s3cr%40t@h1:1,h2/app/locks/").unwrap();
+        assert_eq!(url.cluster, "h1:1,h2:2181");
+        assert_eq!(url.base, "/app/locks");
+        let digest = url.digest.as_ref().expect("a digest identity");
+        assert_eq!(
+            (digest.user.as_str(), digest.password.as_str()),
+            ("app", "s3cr@t")
+        );
+        let shown = format!("{url:?}");
+        assert!(
+            shown.contains("\"app\"") && !shown.contains("s3cr"),
+            "{shown}"
+        );
+        assert!(ZkUrl::parse("zk://h/").unwrap().digest.is_none());
+        assert!(ZkUrl::parse("zk+naive://a:b@h/n").unwrap().digest.is_some());
+        for bad in [
+            "zk://app@h/",
+            "zk://app:@h/",
+            "zk://:pw@h/",
+            "zk://a%3Ab:pw@h/",
+            "zk://app:pw@/x",
+            "zk://app:pw@h",
+            "zk://app:pw@h/",
+        ] {
+            let err = ZkUrl::parse(bad).expect_err(bad);
+            assert!(err.is_invalid_input(), "{bad}: {err}");
+        }
+        let err = ZkUrl::parse("zk://app:s3cret@h/a//b")
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("s3cret"), "{err}");
+        // Raw characters that would cut the URL inside the password: refused, and the
+        // password quoted nowhere (a raw `/` would otherwise leave no identity at all).
+        for raw in [
+            "zk://app:12/34@zk1/app/locks",
+            "zk://app:s3,cret@zk1/app/locks",
+            "zk://app:s3?cret@zk1/app/locks",
+            "zk://app:s3#cret@zk1/app/locks",
+        ] {
+            let err = ZkUrl::parse(raw).expect_err(raw);
+            assert!(err.is_invalid_input(), "{raw}: {err}");
+            let text = err.to_string();
+            for piece in ["34", "cret"] {
+                assert!(!text.contains(piece), "{raw}: {text}");
+            }
         }
     }
 

@@ -438,12 +438,7 @@ mod redis_fair_mode {
         let target = redis("redis");
         let name = format!("handover-lost/{}", fastrand::u64(..));
         let holder = distlock::connect(&target).await.unwrap();
-        let held = holder
-            .mutex(name.as_str())
-            .unwrap()
-            .acquire()
-            .await
-            .unwrap();
+        let held = crate::common::hold(&holder, name.as_str()).await;
         let faulty = FaultyBackend::new(distlock::open_backend(&target).await.unwrap());
         // Every extension fails, so the handover is never confirmed.
         faulty.set(Method::Extend, Fault::Fail(Duration::ZERO));

@@ -275,12 +275,7 @@ async fn promise2_a_revoked_lease_fires_lost_on_every_lock() {
     let raw = raw(&url).await;
     let locks = distlock::connect(&url).await.unwrap();
     let (renewed_name, fixed_name) = (unique("revoked_renewed"), unique("revoked_fixed"));
-    let renewed = locks
-        .mutex(renewed_name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let renewed = crate::common::hold(&locks, renewed_name.as_str()).await;
     let fixed = locks
         .mutex(fixed_name.as_str())
         .unwrap()
@@ -358,12 +353,7 @@ async fn promise2_a_partitioned_holder_fires_lost_before_the_rival_is_granted() 
     let proxied = format!("etcd://{}/?lease_ttl=2s", proxy.address());
     let holder = distlock::connect(&proxied).await.unwrap();
     let name = unique("partition");
-    let guard = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let guard = crate::common::hold(&holder, name.as_str()).await;
     let rival = distlock::connect(&url).await.unwrap();
     proxy.blackhole();
     let (lost_at, (granted_at, granted)) = tokio::join!(

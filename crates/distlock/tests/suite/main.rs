@@ -29,15 +29,21 @@ mod structure;
 #[cfg(all(feature = "etcd", feature = "conformance", feature = "bench"))]
 mod etcd;
 
+#[cfg(all(any(feature = "mysql", feature = "postgres"), feature = "conformance"))]
+mod killed_session;
 #[cfg(all(feature = "mysql", feature = "conformance"))]
 mod mysql;
 #[cfg(all(feature = "postgres", feature = "conformance"))]
 mod postgres;
 #[cfg(all(feature = "postgres", feature = "conformance"))]
 mod postgres_pooled;
+#[cfg(all(feature = "postgres", feature = "conformance"))]
+mod postgres_secured;
 #[cfg(all(feature = "postgres", feature = "mysql", feature = "conformance"))]
 mod sql_tokens;
 
+#[cfg(all(feature = "redis", feature = "conformance"))]
+mod redis_acl;
 #[cfg(all(feature = "redis", feature = "conformance"))]
 mod redis_cluster_faults;
 #[cfg(all(feature = "redis", feature = "conformance"))]
@@ -66,6 +72,14 @@ mod zookeeper;
 #[cfg(all(feature = "zookeeper", feature = "conformance"))]
 mod zookeeper_curator;
 #[cfg(all(feature = "zookeeper", feature = "conformance"))]
+mod zookeeper_digest;
+#[cfg(all(feature = "zookeeper", feature = "conformance"))]
 mod zookeeper_own_ensemble;
+
+#[cfg(any(
+    all(feature = "zookeeper", feature = "conformance"),
+    all(feature = "etcd", feature = "conformance", feature = "bench")
+))]
+mod own_cluster;
 #[cfg(all(feature = "zookeeper", feature = "conformance", feature = "bench"))]
 mod zookeeper_wakeups;

@@ -1,8 +1,6 @@
 //! The MySQL/MariaDB backend on the real server `scripts/test` makes sure of: the conformance
 //! suite on named locks and on the table-record lock, and a killed lock connection.
 
-use std::time::Duration;
-
 use distlock::conformance::{Target, servers};
 
 fn database() -> String {
@@ -66,45 +64,14 @@ async fn kill_the_connection_holding(url: &str, name: &str) {
 /// and the holder's guard reports the loss at its next check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_lock_connection_frees_the_lock_and_fires_lost() {
-    let url = database();
-    let holder = distlock::connect_with(
-        &url,
-        distlock::ConnectOptions::new().lease(Duration::from_millis(600)),
+    crate::killed_session::frees_the_lock_and_fires_lost(
+        &database(),
+        "mysql/killed",
+        |url, name| async move {
+            kill_the_connection_holding(&url, &name).await;
+        },
     )
-    .await
-    .unwrap();
-    let name = format!("mysql/killed/{}", uuid::Uuid::new_v4().simple());
-    let guard = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let rival = distlock::connect(&url).await.unwrap();
-    assert!(
-        rival
-            .mutex(name.as_str())
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none()
-    );
-
-    kill_the_connection_holding(&url, &name).await;
-
-    let granted = rival
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
-        .await
-        .expect("the lock of the killed connection was not freed");
-    assert!(granted.fencing_token() > guard.fencing_token());
-    let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
-        .await
-        .expect("lost() did not fire after the connection was killed");
-    assert!(lost.is_lock_lost());
-    granted.release().await.unwrap();
+    .await;
 }
 
 /// Names longer than the server's 64 characters still lock: two clients exclude each other
@@ -149,12 +116,7 @@ async fn names_differing_in_case_are_two_locks() {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let a = distlock::connect(&target).await.unwrap();
         let b = distlock::connect(&target).await.unwrap();
-        let upper = a
-            .mutex(format!("case/{id}/Stock"))
-            .unwrap()
-            .acquire()
-            .await
-            .unwrap();
+        let upper = crate::common::hold(&a, &format!("case/{id}/Stock")).await;
         let lower = b
             .mutex(format!("case/{id}/stock"))
             .unwrap()
@@ -172,51 +134,18 @@ async fn mysql_named_waiters_are_granted_by_the_server() {
     distlock::conformance::fair_waiters_are_served_in_order(&Target::new(named())).await;
 }
 
-/// Promise 2 (as far as a session lock allows: the server frees it the moment its connection
-/// dies): when the lock connection is killed, every lock it held fires `lost()` within a
-/// second or two, fixed-lease and renewed alike, and another owner of the same client gets
-/// the lock at once instead of waiting for the stale entry's lease.
+/// Promise 2: every lock of a killed lock connection fires `lost()`, fixed-lease and renewed
+/// alike (see [`crate::killed_session`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise2_a_killed_lock_connection_fires_lost_for_every_lease() {
-    let url = database();
-    let holder = distlock::connect(&url).await.unwrap();
-    let id = uuid::Uuid::new_v4().simple();
-    let (fixed_name, renewed_name) = (
-        format!("mysql/killed/{id}/fixed"),
-        format!("mysql/killed/{id}/renewed"),
-    );
-    let fixed = holder
-        .mutex(fixed_name.as_str())
-        .unwrap()
-        .acquire_with(distlock::AcquireOptions::new().lease(Duration::from_secs(120)))
-        .await
-        .unwrap();
-    let renewed = holder
-        .mutex(renewed_name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-
-    kill_the_connection_holding(&url, &fixed_name).await;
-
-    for (what, guard) in [("fixed-lease", &fixed), ("renewed", &renewed)] {
-        let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
-            .await
-            .unwrap_or_else(|_| {
-                panic!("the {what} lock's lost() did not fire after its connection was killed")
-            });
-        assert!(lost.is_lock_lost());
-    }
-    // Another owner of the same client is not held up by what the killed connection held.
-    let again = holder
-        .mutex(fixed_name.as_str())
-        .unwrap()
-        .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(3)))
-        .await
-        .expect("the same client could not take the lock its killed connection held");
-    assert!(again.fencing_token() > fixed.fencing_token());
-    again.release().await.unwrap();
+    crate::killed_session::promise2_fires_lost_for_every_lease(
+        &database(),
+        "mysql/killed",
+        |url, name| async move {
+            kill_the_connection_holding(&url, &name).await;
+        },
+    )
+    .await;
 }
 
 /// A process whose acquisitions take turns keeps one server connection (a fleet of N
@@ -234,4 +163,64 @@ async fn promise4_a_named_lock_waiter_dropped_before_its_statement_sends_none() 
         named(),
     ))
     .await;
+}
+
+/// A password the server refuses is `Error::NotAuthorized` (1045, access denied), in both
+/// lock modes, and the message holds no password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_password_is_not_authorized() {
+    let url = database();
+    let rest = url.strip_prefix("mysql://").expect("a mysql:// URL");
+    let (user, hosts) = rest.split_once('@').expect("the MySQL URL names a user");
+    let user = user.split(':').next().unwrap_or(user);
+    let wrong = format!("mysql://{user}:not-the-pw@{hosts}");
+    for url in [wrong.clone(), servers::with_query(&wrong, "mode=table")] {
+        let err = tokio::time::timeout(std::time::Duration::from_secs(30), distlock::connect(&url))
+            .await
+            .expect("the refused connect took too long")
+            .expect_err("a wrong password was let in");
+        assert!(err.is_not_authorized(), "{err}");
+        assert!(err.to_string().contains("1045"), "{err}");
+        assert!(!err.to_string().contains("not-the-pw"), "{err}");
+    }
+}
+
+/// MariaDB that takes only TLS connections with a password (`scripts/mariadb-deployment
+/// secured`): the conformance suite over `ssl-mode=VERIFY_IDENTITY` with the server's CA.
+fn secured() -> String {
+    servers::MYSQL_SECURED.url()
+}
+
+distlock::conformance_suite!(mysql_secured_named, Target::new(secured()));
+distlock::conformance_suite!(
+    mysql_secured_table,
+    Target::new(servers::with_query(&secured(), "mode=table"))
+);
+
+/// On the server that requires TLS: a connection without TLS is `Error::NotAuthorized`, a
+/// certificate the URL's CA did not sign (none given: the system's roots) is refused as
+/// untrusted; neither message holds the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_tls_or_an_untrusted_certificate_is_refused() {
+    let url = secured();
+    let (base, _) = url.split_once('?').expect("the secured URL has options");
+    let limit = std::time::Duration::from_secs(30);
+    let plain = format!("{base}?ssl-mode=DISABLED");
+    let err = tokio::time::timeout(limit, distlock::connect(&plain))
+        .await
+        .expect("the refused connect took too long")
+        .expect_err("a connection without TLS was let in");
+    assert!(err.is_not_authorized(), "{err}");
+    assert!(!err.to_string().contains("app-pw"), "{err}");
+    let untrusted = format!("{base}?ssl-mode=VERIFY_IDENTITY");
+    let err = tokio::time::timeout(limit, distlock::connect(&untrusted))
+        .await
+        .expect("the refused connect took too long")
+        .expect_err("a certificate no trusted CA signed was accepted");
+    let text = format!("{err} {:?}", std::error::Error::source(&err));
+    assert!(
+        text.contains("certificate") || text.contains("UnknownIssuer"),
+        "not refused as an untrusted certificate: {text}"
+    );
+    assert!(!text.contains("app-pw"), "{text}");
 }

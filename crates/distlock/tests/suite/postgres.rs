@@ -68,45 +68,14 @@ async fn kill_the_session_holding(url: &str, name: &str) {
 /// larger token, and the holder's guard reports the loss at its next check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_lock_connection_frees_the_lock_and_fires_lost() {
-    let url = database();
-    let holder = distlock::connect_with(
-        &url,
-        distlock::ConnectOptions::new().lease(Duration::from_millis(600)),
+    crate::killed_session::frees_the_lock_and_fires_lost(
+        &database(),
+        "pg/killed",
+        |url, name| async move {
+            kill_the_session_holding(&url, &name).await;
+        },
     )
-    .await
-    .unwrap();
-    let name = format!("pg/killed/{}", uuid::Uuid::new_v4().simple());
-    let guard = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let rival = distlock::connect(&url).await.unwrap();
-    assert!(
-        rival
-            .mutex(name.as_str())
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none()
-    );
-
-    kill_the_session_holding(&url, &name).await;
-
-    let granted = rival
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
-        .await
-        .expect("the lock of the killed session was not freed");
-    assert!(granted.fencing_token() > guard.fencing_token());
-    let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
-        .await
-        .expect("lost() did not fire after the session was killed");
-    assert!(lost.is_lock_lost());
-    granted.release().await.unwrap();
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -114,51 +83,18 @@ async fn postgres_advisory_waiters_are_granted_by_the_server() {
     distlock::conformance::fair_waiters_are_served_in_order(&Target::new(advisory())).await;
 }
 
-/// Promise 2 (as far as a session lock allows: the server frees it the moment its session
-/// ends): when the lock connection is killed, every lock it held fires `lost()` within a
-/// second or two, fixed-lease and renewed alike, and another owner of the same client gets
-/// the lock at once instead of waiting for the stale entry's lease.
+/// Promise 2: every lock of a killed lock connection fires `lost()`, fixed-lease and renewed
+/// alike (see [`crate::killed_session`]).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise2_a_killed_lock_connection_fires_lost_for_every_lease() {
-    let url = database();
-    let holder = distlock::connect(&url).await.unwrap();
-    let id = uuid::Uuid::new_v4().simple();
-    let (fixed_name, renewed_name) = (
-        format!("pg/killed/{id}/fixed"),
-        format!("pg/killed/{id}/renewed"),
-    );
-    let fixed = holder
-        .mutex(fixed_name.as_str())
-        .unwrap()
-        .acquire_with(distlock::AcquireOptions::new().lease(Duration::from_secs(120)))
-        .await
-        .unwrap();
-    let renewed = holder
-        .mutex(renewed_name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-
-    kill_the_session_holding(&url, &fixed_name).await;
-
-    for (what, guard) in [("fixed-lease", &fixed), ("renewed", &renewed)] {
-        let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
-            .await
-            .unwrap_or_else(|_| {
-                panic!("the {what} lock's lost() did not fire after its session was killed")
-            });
-        assert!(lost.is_lock_lost());
-    }
-    // Another owner of the same client is not held up by what the killed session held.
-    let again = holder
-        .mutex(fixed_name.as_str())
-        .unwrap()
-        .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(3)))
-        .await
-        .expect("the same client could not take the lock its killed session held");
-    assert!(again.fencing_token() > fixed.fencing_token());
-    again.release().await.unwrap();
+    crate::killed_session::promise2_fires_lost_for_every_lease(
+        &database(),
+        "pg/killed",
+        |url, name| async move {
+            kill_the_session_holding(&url, &name).await;
+        },
+    )
+    .await;
 }
 
 /// The sessions holding the advisory key of `name`, with their mode (`ShareLock` or

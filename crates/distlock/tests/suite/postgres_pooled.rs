@@ -128,41 +128,19 @@ async fn promise4_a_dropped_waiter_leaves_the_servers_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise2_a_killed_backend_frees_the_lock_and_fires_lost() {
     let admin = admin().await;
-    let holder = distlock::connect_with(
-        &pooled(),
-        distlock::ConnectOptions::new().lease(Duration::from_millis(600)),
-    )
-    .await
-    .unwrap();
-    let name = unique("killed");
-    let guard = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
-    let rival = distlock::connect(&pooled()).await.unwrap();
-    let mutex = rival.mutex(name.as_str()).unwrap();
-    assert!(mutex.try_acquire().await.unwrap().is_none());
-
-    let pid = holding_backend(&admin, &name).await;
-    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-        .bind(pid)
-        .fetch_one(&admin)
-        .await
-        .unwrap();
-    assert!(killed, "the holding backend was already gone");
-
-    let granted = mutex
-        .acquire_with(distlock::AcquireOptions::new().wait(Duration::from_secs(5)))
-        .await
-        .expect("the lock of the killed backend was not freed");
-    assert!(granted.fencing_token() > guard.fencing_token());
-    let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost())
-        .await
-        .expect("lost() did not fire after the backend was killed");
-    assert!(lost.is_lock_lost());
-    granted.release().await.unwrap();
+    crate::killed_session::frees_the_lock_and_fires_lost(&pooled(), "killed", |_, name| {
+        let admin = admin.clone();
+        async move {
+            let pid = holding_backend(&admin, &name).await;
+            let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .fetch_one(&admin)
+                .await
+                .unwrap();
+            assert!(killed, "the holding backend was already gone");
+        }
+    })
+    .await;
 }
 
 /// More clients wait than the pooler has server connections (60 against its 30): those
@@ -254,12 +232,7 @@ async fn promise1_a_client_from_an_applications_pool_excludes_one_by_url() {
         } else {
             (&by_url, &app)
         };
-        let guard = holder
-            .mutex(name.as_str())
-            .unwrap()
-            .acquire()
-            .await
-            .unwrap();
+        let guard = crate::common::hold(holder, name.as_str()).await;
         assert!(
             guard.fencing_token() > last,
             "round {round}: token not larger"

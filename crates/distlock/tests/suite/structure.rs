@@ -227,3 +227,139 @@ fn the_cycle_finder_finds_a_cycle() {
     assert_eq!(reexports.get("F").map(String::as_str), Some("e"));
     assert_eq!(reexports.get("C"), None);
 }
+
+/// The top-level modules that are backends: those that give the registry a `Driver`
+/// (`crate::driver::driver!` declares it).
+fn backend_modules(root: &Path, files: &[PathBuf]) -> BTreeSet<String> {
+    files
+        .iter()
+        .filter(|file| {
+            std::fs::read_to_string(file).is_ok_and(|text| text.contains("crate::driver::driver!("))
+        })
+        .filter_map(|file| module_of(root, file))
+        .filter(|module| module != "driver")
+        .collect()
+}
+
+/// The places in `line` that decide something by a scheme's name: a comparison, a match arm,
+/// or a prefix test, strip or rewrite of a URL.
+fn scheme_matches(line: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for scheme in distlock::SCHEMES {
+        let name = scheme.name;
+        let mut patterns = vec![
+            format!("== \"{name}\""),
+            format!("!= \"{name}\""),
+            format!("\"{name}\" =="),
+            format!("\"{name}\" !="),
+            format!("\"{name}\" =>"),
+            format!("\"{name}\" |"),
+            format!("| \"{name}\""),
+            format!("== Some(\"{name}\")"),
+            format!("((\"{name}\","),
+        ];
+        for call in [
+            "starts_with(",
+            "strip_prefix(",
+            "replacen(",
+            "split_once(",
+            "eq(",
+            "ends_with(",
+        ] {
+            for after in ["\"", ":", "+"] {
+                patterns.push(format!("{call}\"{name}{after}"));
+            }
+        }
+        found.extend(
+            patterns
+                .into_iter()
+                .filter(|pattern| line.contains(pattern.as_str())),
+        );
+    }
+    if let Some(at) = line.find("BackendKind::")
+        && line[at + "BackendKind::".len()..]
+            .starts_with(|c: char| c.is_ascii_uppercase() || c == '{' || c == '*')
+    {
+        found.push("BackendKind::".to_owned());
+    }
+    found
+}
+
+/// Code outside a backend's folder, the registry and the stock module's per-server stores
+/// asks the registry (`SCHEMES`, the drivers) instead of deciding by a scheme's name or a
+/// backend kind, in the library and in the command line. Adding a backend then touches its folder and the lists, not the code
+/// that uses them.
+#[test]
+fn only_backends_and_the_registry_name_schemes() {
+    let root = source_root();
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let backends = backend_modules(&root, &files);
+    assert!(
+        backends.len() >= 7 && backends.contains("redis") && backends.contains("memory"),
+        "the backends were not found by their Driver impls: {backends:?}"
+    );
+    let registry = ["scheme"];
+    // The stock module's stores, one file per server, are the stock module's backends.
+    let stores = root.join("stock/stores");
+    let cli = root.join("../../distlock-cli/src");
+    let cli = cli
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("the CLI's sources are not at {cli:?}: {e}"));
+    rust_files(&cli, &mut files);
+    let mut offences = Vec::new();
+    for file in &files {
+        let module = file
+            .starts_with(&root)
+            .then(|| module_of(&root, file))
+            .flatten();
+        if module
+            .as_ref()
+            .is_some_and(|m| backends.contains(m) || registry.contains(&m.as_str()))
+            || file.starts_with(&stores)
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("read {file:?}: {e}"));
+        for (number, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            for found in scheme_matches(line) {
+                offences.push(format!("{}:{}: {found}", file.display(), number + 1));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "code outside a backend's folder decides by a scheme name or backend kind; ask the \
+         registry (a `Scheme` field, the backend's `Driver`, a `Backend` method) instead:\n  {}",
+        offences.join("\n  ")
+    );
+}
+
+/// The scan above sees each form it forbids, so that it can fail.
+#[test]
+fn the_scheme_scan_sees_each_form() {
+    for line in [
+        r#"if url.starts_with("redis://") {"#,
+        r#"match scheme { "zk" => 1, _ => 2 }"#,
+        r#"Some("postgres" | "mysql") => 3,"#,
+        r#"if name == "etcd" {"#,
+        r#"url.strip_prefix("memory:")"#,
+        r#"BackendKind::Redis => {}"#,
+        r#"Some(("mariadb", _)) => "mysql".to_owned(),"#,
+        r#"if "zk" == scheme {"#,
+        r#"if name.eq("sqlite") {"#,
+        r#"use distlock::BackendKind::{Redis, Etcd};"#,
+    ] {
+        assert!(!scheme_matches(line).is_empty(), "not seen: {line}");
+    }
+    for line in [
+        r#"let kind: BackendKind = scheme.kind;"#,
+        r#"default_value = "zk://127.0.0.1:2181/""#,
+        r#"names: ["redis", "redis-spin"]"#,
+    ] {
+        assert!(scheme_matches(line).is_empty(), "wrongly seen: {line}");
+    }
+}

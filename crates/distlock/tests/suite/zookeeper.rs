@@ -47,12 +47,7 @@ use zookeeper_client as zkc;
 
 /// The first server of a `zk://` URL, as `host:port`.
 fn first_server(url: &str) -> String {
-    url.split_once("://")
-        .map_or("", |(_, rest)| rest)
-        .split([',', '/', '?'])
-        .next()
-        .unwrap_or_default()
-        .to_owned()
+    servers::first_address(url).to_owned()
 }
 
 /// A raw ZooKeeper client, to look at the nodes distlock makes and to play a Curator client.
@@ -282,12 +277,7 @@ async fn a_lost_session_frees_the_lock_and_fires_lost() {
     let mut session = holder.session().expect("ZooKeeper has a session");
     assert_eq!(session.borrow_and_update().state, SessionState::Connected);
     let (renewed_name, fixed_name) = (unique("expiry_renewed"), unique("expiry_fixed"));
-    let renewed = holder
-        .mutex(renewed_name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let renewed = crate::common::hold(&holder, renewed_name.as_str()).await;
     let fixed = holder
         .mutex(fixed_name.as_str())
         .unwrap()
@@ -358,12 +348,7 @@ async fn a_lost_session_frees_the_lock_and_fires_lost() {
     let err = renewed.release().await.expect_err("released a lost lock");
     assert!(err.is_lock_lost() || err.is_not_owner(), "{err}");
     // The new session takes locks again.
-    let again = holder
-        .mutex(fixed_name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let again = crate::common::hold(&holder, fixed_name.as_str()).await;
     assert!(again.fencing_token() > fixed.fencing_token());
     again.release().await.unwrap();
     rival_guard.release().await.unwrap();

@@ -6,108 +6,41 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::own_cluster::{Layout, OwnCluster};
+
 fn unique(case: &str) -> String {
     format!("zk/{case}/{}", uuid::Uuid::new_v4().simple())
 }
 
-/// A 3-node ensemble started by `scripts/zookeeper-deployment` on free loopback ports; every
-/// server it started is killed, by the PID in its pid file, when this is dropped. A server
-/// killed before is not signalled again (its PID may belong to another process by then).
-struct OwnEnsemble {
-    base: u16,
-    dir: tempfile::TempDir,
-    killed: std::sync::Mutex<Vec<u16>>,
+/// `scripts/zookeeper-deployment ensemble`: client ports base..base+2, then the quorum and
+/// election ports.
+static ZOOKEEPER: Layout = Layout {
+    script: "zookeeper-deployment",
+    mode: "ensemble",
+    offsets: &[0, 1, 2, 10, 11, 12, 20, 21, 22],
+    member_dir: |node| format!("node{node}"),
+};
+
+/// The node (1..=3) that leads now, asked with the `srvr` command.
+fn leading_member(ensemble: &OwnCluster) -> Option<u16> {
+    (1..=3).find(|&node| {
+        let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", ensemble.port(node)))
+        else {
+            return false;
+        };
+        let mut reply = String::new();
+        use std::io::{Read, Write};
+        // A stopped server still accepts connections: a read must not wait forever.
+        let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+        stream.write_all(b"srvr").is_ok()
+            && stream.read_to_string(&mut reply).is_ok()
+            && reply.contains("Mode: leader")
+    })
 }
 
-impl OwnEnsemble {
-    fn start() -> Self {
-        let free = |base: u16| {
-            [0, 1, 2, 10, 11, 12, 20, 21, 22]
-                .iter()
-                .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok())
-        };
-        let base = (0..100)
-            .map(|_| fastrand::u16(20_000..40_000))
-            .find(|&base| free(base))
-            .expect("free loopback ports");
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../scripts/zookeeper-deployment");
-        let ensemble = OwnEnsemble {
-            base,
-            dir,
-            killed: std::sync::Mutex::new(Vec::new()),
-        };
-        let status = std::process::Command::new(script)
-            .args(["ensemble", &base.to_string()])
-            .arg(ensemble.dir.path())
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("scripts/zookeeper-deployment runs (scripts/test installs ZooKeeper)");
-        assert!(status.success(), "scripts/zookeeper-deployment failed");
-        ensemble
-    }
-
-    fn url(&self) -> String {
-        let b = self.base;
-        format!(
-            "zk://127.0.0.1:{b},127.0.0.1:{},127.0.0.1:{}/",
-            b + 1,
-            b + 2
-        )
-    }
-
-    /// The node (1..=3) that leads now, asked with the `srvr` command.
-    fn leader(&self) -> Option<u16> {
-        (1..=3).find(|node| {
-            let port = self.base + node - 1;
-            let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-                return false;
-            };
-            let mut reply = String::new();
-            use std::io::{Read, Write};
-            // A stopped server still accepts connections: a read must not wait forever.
-            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-            stream.write_all(b"srvr").is_ok()
-                && stream.read_to_string(&mut reply).is_ok()
-                && reply.contains("Mode: leader")
-        })
-    }
-
-    fn kill(&self, node: u16) {
-        self.signal(node, "-KILL");
-        let mut killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
-        killed.push(node);
-    }
-
-    /// Sends `signal` to node `node`'s server, by the PID in its pid file, unless it was
-    /// killed.
-    fn signal(&self, node: u16, signal: &str) {
-        let killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
-        if killed.contains(&node) {
-            return;
-        }
-        drop(killed);
-        let pid_file = self.dir.path().join(format!("node{node}/pid"));
-        if let Ok(pid) = std::fs::read_to_string(pid_file) {
-            let _ = std::process::Command::new("kill")
-                .args([signal, pid.trim()])
-                .status();
-        }
-    }
-
-    /// `zk://` on node `node`'s server alone.
-    fn url_of(&self, node: u16) -> String {
-        format!("zk://127.0.0.1:{}/", self.base + node - 1)
-    }
-}
-
-impl Drop for OwnEnsemble {
-    fn drop(&mut self) {
-        for node in 1..=3 {
-            self.kill(node);
-        }
-    }
+/// `zk://` on node `node`'s server alone.
+fn url_of(ensemble: &OwnCluster, node: u16) -> String {
+    format!("zk://127.0.0.1:{}/", ensemble.port(node))
 }
 
 /// Killing the ensemble's leader while a lock is held: the ensemble elects another leader,
@@ -115,28 +48,23 @@ impl Drop for OwnEnsemble {
 /// the waiter gets it once the holder releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_survives_the_loss_of_the_ensemble_leader() {
-    let ensemble = OwnEnsemble::start();
-    let url = ensemble.url();
+    let ensemble = OwnCluster::start(&ZOOKEEPER);
+    let url = ensemble.url("zk");
     let holder = distlock::connect(&url).await.unwrap();
     let rival = distlock::connect(&url).await.unwrap();
     let name = unique("leader_loss");
-    let guard = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let guard = crate::common::hold(&holder, name.as_str()).await;
     let waiting = tokio::spawn({
         let name = name.clone();
         async move { rival.mutex(name).unwrap().acquire().await.unwrap() }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let leader = ensemble.leader().expect("the ensemble has a leader");
+    let leader = leading_member(&ensemble).expect("the ensemble has a leader");
     ensemble.kill(leader);
     // Wait for a new leader, then a little longer for the clients to reconnect.
     let start = Instant::now();
-    while ensemble.leader().is_none_or(|l| l == leader) {
+    while leading_member(&ensemble).is_none_or(|l| l == leader) {
         assert!(start.elapsed() < Duration::from_secs(30), "no new leader");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -173,10 +101,10 @@ async fn the_lock_survives_the_loss_of_the_ensemble_leader() {
 /// it, and it resumes with the grant's commit and the read waiting side by side.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise1_a_read_on_a_lagging_follower_sees_a_grant_made_before_it() {
-    let ensemble = OwnEnsemble::start();
+    let ensemble = OwnCluster::start(&ZOOKEEPER);
     let leader = within(Duration::from_secs(60), async {
         loop {
-            if let Some(node) = ensemble.leader() {
+            if let Some(node) = leading_member(&ensemble) {
                 return node;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -186,14 +114,14 @@ async fn promise1_a_read_on_a_lagging_follower_sees_a_grant_made_before_it() {
     let follower = (1..=3).find(|&node| node != leader).unwrap();
     // A short lease, so that the holder's check finds a force-unlock soon.
     let options = || distlock::ConnectOptions::new().lease(Duration::from_secs(1));
-    let (leader_url, follower_url) = (ensemble.url_of(leader), ensemble.url_of(follower));
+    let (leader_url, follower_url) = (url_of(&ensemble, leader), url_of(&ensemble, follower));
     let granting = within(LIMIT, distlock::connect_with(&leader_url, options())).await;
     let granting = granting.unwrap();
     let reading = within(LIMIT, distlock::connect_with(&follower_url, options())).await;
     let reading = std::sync::Arc::new(reading.unwrap());
     // Sends `read` to the stopped follower, lets it resume, and returns the answer.
     async fn behind<T: Send + 'static>(
-        ensemble: &OwnEnsemble,
+        ensemble: &OwnCluster,
         follower: u16,
         read: impl std::future::Future<Output = T> + Send + 'static,
     ) -> T {

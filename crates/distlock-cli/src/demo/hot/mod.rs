@@ -15,10 +15,12 @@ use distlock::stock::{SegmentedStock, SqliteStockStore, StockStore};
 use serde::Serialize;
 
 use crate::cli::{Durability, HotItemArgs};
+use crate::demo::strategy::Database;
 use crate::failure::{CliResult, Failure};
 use crate::json::{self, Unavailable};
 use crate::workers::Fleet;
 pub use strategy::HotStrategy;
+use strategy::Store;
 use worker::HotReport;
 pub use worker::{HotWorkerArgs, worker};
 
@@ -59,11 +61,10 @@ struct HotRun {
 }
 
 /// Where a run keeps its stock, for the report.
-fn store_label(store: &str, durability: Durability) -> String {
-    match store.split_once("://") {
-        Some(("mariadb", _)) => "mysql".to_owned(),
-        Some((scheme, _)) => scheme.to_owned(),
-        None => format!("sqlite-{}", durability.as_str()),
+fn store_label(store: &Store, durability: Durability) -> String {
+    match store.database {
+        Database::Sqlite => format!("sqlite-{}", durability.as_str()),
+        database => database.name().to_owned(),
     }
 }
 
@@ -145,46 +146,45 @@ pub async fn run(args: HotItemArgs) -> CliResult {
     Ok(())
 }
 
-/// Opens the stock named by `store`; `connections` to a PostgreSQL or MySQL one.
+/// Opens the stock `store` names; `connections` to a PostgreSQL or MySQL one.
 async fn open_store(
+    database: Database,
     store: &str,
     durability: Durability,
     connections: u32,
 ) -> CliResult<Arc<dyn StockStore>> {
-    if store.starts_with("redis://") {
+    match database {
         #[cfg(feature = "redis")]
-        return Ok(Arc::new(RedisStockStore::connect(store).await?));
+        Database::Redis => Ok(Arc::new(RedisStockStore::connect(store).await?)),
         #[cfg(not(feature = "redis"))]
-        return Err(Failure::usage(
+        Database::Redis => Err(Failure::usage(
             "a Redis stock needs the redis feature of distlock-cli",
-        ));
-    }
-    if store.starts_with("postgres") || store.starts_with("mysql") || store.starts_with("mariadb") {
+        )),
         #[cfg(any(feature = "postgres", feature = "mysql"))]
-        return Ok(Arc::new(
+        Database::Postgres | Database::MySql => Ok(Arc::new(
             distlock::stock::SqlStockStore::connect(store, connections).await?,
-        ));
+        )),
         #[cfg(not(any(feature = "postgres", feature = "mysql")))]
-        {
+        Database::Postgres | Database::MySql => {
             let _ = connections;
-            return Err(Failure::usage(
+            Err(Failure::usage(
                 "an SQL stock needs the postgres or mysql feature of distlock-cli",
-            ));
+            ))
         }
+        Database::Sqlite => Ok(Arc::new(SqliteStockStore::open_with(
+            store,
+            durability.library(),
+        )?)),
     }
-    Ok(Arc::new(SqliteStockStore::open_with(
-        store,
-        durability.library(),
-    )?))
 }
 
 /// Both servers answer within 3 s.
-async fn check(lock: Option<&str>, store: &str) -> Result<(), String> {
+async fn check(lock: Option<&str>, store: &Store) -> Result<(), String> {
     let checked = tokio::time::timeout(Duration::from_secs(3), async {
         if let Some(url) = lock {
             distlock::connect(url).await?.ping().await?;
         }
-        open_store(store, Durability::Full, 1)
+        open_store(store.database, &store.spec, Durability::Full, 1)
             .await
             .map_err(|e| distlock::Error::Backend {
                 backend: "stock",
@@ -207,12 +207,12 @@ async fn run_one(
     args: &HotItemArgs,
     strategy: HotStrategy,
     lock: Option<&str>,
-    store_spec: &str,
+    store: &Store,
     segments: u32,
 ) -> CliResult<HotRun> {
     let item = format!("hot-{}-{:08x}", std::process::id(), fastrand::u32(..));
-    let store = open_store(store_spec, args.sqlite_durability, 1).await?;
-    let stock = SegmentedStock::atomic(store.clone(), &item, segments)?;
+    let opened = open_store(store.database, &store.spec, args.sqlite_durability, 1).await?;
+    let stock = SegmentedStock::atomic(opened.clone(), &item, segments)?;
     stock.create(args.stock).await?;
     // Buyers buy until they are told sold out; twice the stock per worker bounds the loop.
     let budget = args.stock.saturating_mul(2).max(1);
@@ -220,8 +220,10 @@ async fn run_one(
         .map(|_| {
             let mut arguments = vec![
                 "demo-hot-worker".to_owned(),
+                "--database".to_owned(),
+                store.database.name().to_owned(),
                 "--store".to_owned(),
-                store_spec.to_owned(),
+                store.spec.clone(),
                 "--item".to_owned(),
                 item.clone(),
                 "--segments".to_owned(),
@@ -274,7 +276,7 @@ async fn run_one(
     stock.remove().await?;
     Ok(HotRun {
         strategy: strategy.name(),
-        store: store_label(store_spec, args.sqlite_durability),
+        store: store_label(store, args.sqlite_durability),
         segments,
         served,
         sold_out,

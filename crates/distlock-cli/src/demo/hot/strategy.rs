@@ -6,7 +6,7 @@ use std::path::Path;
 use clap::ValueEnum;
 
 use crate::cli::{Servers, value_name};
-use crate::demo::strategy::spin_url;
+use crate::demo::strategy::{Database, spin_url};
 
 /// A lock the hot-item scenario runs, as `--strategy` names it (the overselling demo's name
 /// for the same lock), or the Redis atomic script as the ceiling. The doc comment of a
@@ -66,18 +66,27 @@ impl HotStrategy {
     /// Where the stock lives: on the lock's own server where that server can keep it
     /// (SQLite, PostgreSQL, MySQL), else (ZooKeeper, etcd) in Redis, like the Redis strategies.
     /// `sqlite_store` is the SQLite stock file.
-    pub fn store(self, servers: &Servers, sqlite_store: &Path) -> String {
-        match self {
-            HotStrategy::TableLock => sqlite_store.display().to_string(),
-            HotStrategy::PgAdvisory => servers.postgres.clone(),
-            HotStrategy::MySqlNamed => servers.mysql.clone(),
+    pub fn store(self, servers: &Servers, sqlite_store: &Path) -> Store {
+        let (database, spec) = match self {
+            HotStrategy::TableLock => (Database::Sqlite, sqlite_store.display().to_string()),
+            HotStrategy::PgAdvisory => (Database::Postgres, servers.postgres.clone()),
+            HotStrategy::MySqlNamed => (Database::MySql, servers.mysql.clone()),
             HotStrategy::Redis
             | HotStrategy::RedisSpin
             | HotStrategy::ZooKeeper
             | HotStrategy::Etcd
-            | HotStrategy::RedisAtomic => servers.redis.clone(),
-        }
+            | HotStrategy::RedisAtomic => (Database::Redis, servers.redis.clone()),
+        };
+        Store { database, spec }
     }
+}
+
+/// Where a hot-item run keeps its stock: the kind of store, and its URL (the file's path for
+/// SQLite).
+#[derive(Debug, Clone)]
+pub struct Store {
+    pub database: Database,
+    pub spec: String,
 }
 
 impl fmt::Display for HotStrategy {

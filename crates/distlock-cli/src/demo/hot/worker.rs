@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{open_store, unix_us};
 use crate::cli::Durability;
+use crate::demo::strategy::Database;
 use crate::failure::{CliResult, Failure};
 use crate::workers;
 
@@ -19,7 +20,10 @@ pub struct HotWorkerArgs {
     /// The lock backend; none means the store's atomic step.
     #[arg(long)]
     lock_url: Option<String>,
-    /// `redis://...` or the path of an SQLite stock file.
+    /// The kind of store `--store` names.
+    #[arg(long, value_enum)]
+    database: Database,
+    /// The store's URL, or the path of an SQLite stock file.
     #[arg(long)]
     store: String,
     #[arg(long)]
@@ -53,15 +57,21 @@ pub struct HotReport {
 /// 16 waiting and the held connections, nearly fill PostgreSQL's default 100: with 6 store
 /// connections there, waiters met "too many clients" (and retried); 3 leave room. MySQL allows 151: with 6 instead of
 /// 3 its segmented runs sold 826 to 833/s instead of 680 to 780/s.
-fn store_connections(store: &str) -> u32 {
-    if store.starts_with("postgres") { 3 } else { 6 }
+fn store_connections(database: Database) -> u32 {
+    if database == Database::Postgres { 3 } else { 6 }
 }
 
 /// A hot-item worker: buys its share, one unit per order, spending the critical section
 /// inside each order.
 pub async fn worker(args: HotWorkerArgs) -> CliResult {
-    let connections = store_connections(&args.store);
-    let store = open_store(&args.store, args.sqlite_durability, connections).await?;
+    let connections = store_connections(args.database);
+    let store = open_store(
+        args.database,
+        &args.store,
+        args.sqlite_durability,
+        connections,
+    )
+    .await?;
     let stock = match &args.lock_url {
         Some(url) => {
             let locks = distlock::connect(url).await?;

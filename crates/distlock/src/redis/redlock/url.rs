@@ -45,7 +45,10 @@ impl RedlockUrl {
             .unwrap_or(DEFAULT_CLOCK_DRIFT);
         let driver = query.driver_url("");
         let Some(rest) = base.strip_prefix("redlock://") else {
-            return Err(invalid(format!("{url:?} is not a redlock:// URL")));
+            return Err(invalid(format!(
+                "{:?} is not a redlock:// URL",
+                crate::redact::shown(url)
+            )));
         };
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (credentials, hosts) = match authority.rsplit_once('@') {
@@ -54,19 +57,21 @@ impl RedlockUrl {
         };
         let db = path.trim_end_matches('/');
         if !db.is_empty() && db.parse::<u32>().is_err() {
-            return Err(invalid(format!("database {db:?} is not a number")));
+            let db = crate::redact::piece(url, db, || "(the path)".to_owned());
+            return Err(invalid(format!("database {db} is not a number")));
         }
         let mut addresses: Vec<&str> = Vec::new();
-        for host in hosts.split(',') {
+        for (i, host) in hosts.split(',').enumerate() {
+            let master = crate::redact::piece(url, host, || format!("{}", i + 1));
             let Some((name, port)) = host.rsplit_once(':') else {
-                return Err(invalid(format!("master {host:?} has no port")));
+                return Err(invalid(format!("master {master} has no port")));
             };
             if name.is_empty() || port.parse::<u16>().is_err() {
-                return Err(invalid(format!("master {host:?} is not host:port")));
+                return Err(invalid(format!("master {master} is not host:port")));
             }
             if addresses.contains(&host) {
                 return Err(invalid(format!(
-                    "master {host} is named twice: a majority needs independent masters"
+                    "master {master} is named twice: a majority needs independent masters"
                 )));
             }
             addresses.push(host);

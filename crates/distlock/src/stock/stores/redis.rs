@@ -114,7 +114,10 @@ impl RedisStockStore {
         let client = redis::Client::open(url).map_err(|e| {
             Error::invalid(
                 "URL",
-                format!("{url:?}: {e}; write redis://[user:password@]host[:port][/db]"),
+                format!(
+                    "{:?}: {e}; write redis://[user:password@]host[:port][/db]",
+                    crate::redact::shown(url)
+                ),
             )
         })?;
         // The lock backend's timeouts, not the driver's defaults: a reply slower than half a

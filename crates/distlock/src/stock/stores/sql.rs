@@ -117,7 +117,10 @@ impl SqlStockStore {
             _ => {
                 return Err(Error::invalid(
                     "URL",
-                    format!("{url:?}: a SQL stock store needs postgres://... or mysql://..."),
+                    format!(
+                        "{:?}: a SQL stock store needs postgres://... or mysql://...",
+                        crate::redact::shown(url)
+                    ),
                 ));
             }
         };

@@ -12,6 +12,16 @@ pub fn redis_url() -> String {
     servers::REDIS.url()
 }
 
+/// Acquires the mutex `name` on `locks`, waiting as long as it takes.
+pub async fn hold(locks: &distlock::Locks, name: &str) -> distlock::Guard {
+    locks
+        .mutex(name)
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("acquire {name:?}: {e}"))
+}
+
 /// A name no other test run uses.
 pub fn item(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())

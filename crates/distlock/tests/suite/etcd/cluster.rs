@@ -3,94 +3,40 @@
 
 use super::*;
 
-/// A 3-member cluster started by `scripts/etcd-deployment` on free loopback ports; every
-/// member it started is killed, by the PID in its pid file, when this is dropped.
-struct OwnCluster {
-    base: u16,
-    dir: tempfile::TempDir,
-}
+use crate::own_cluster::{Layout, OwnCluster};
 
-impl OwnCluster {
-    fn start() -> Self {
-        let free = |base: u16| {
-            [0, 1, 2, 100, 101, 102]
-                .iter()
-                .all(|offset| std::net::TcpListener::bind(("127.0.0.1", base + offset)).is_ok())
+/// `scripts/etcd-deployment cluster`: client ports base..base+2, peer ports base+100...
+static ETCD: Layout = Layout {
+    script: "etcd-deployment",
+    mode: "cluster",
+    offsets: &[0, 1, 2, 100, 101, 102],
+    member_dir: |member| format!("m{member}"),
+};
+
+/// The member (1..=3) that leads now, as the members still running say.
+async fn leading_member(cluster: &OwnCluster) -> Option<u16> {
+    for member in 1..=3 {
+        let mut command = Command::new("etcdctl");
+        command
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=127.0.0.1:{}", cluster.port(member)))
+            .args(["--dial-timeout=500ms", "--command-timeout=1s"])
+            .args(["endpoint", "status", "-w", "fields"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null());
+        let Ok(Ok(output)) = tokio::task::spawn_blocking(move || command.output()).await else {
+            continue;
         };
-        let base = (0..100)
-            .map(|_| fastrand::u16(20_000..40_000))
-            .find(|&base| free(base))
-            .expect("free loopback ports");
-        let cluster = OwnCluster {
-            base,
-            dir: tempfile::tempdir().expect("a temporary directory"),
-        };
-        cluster.deploy();
-        cluster
-    }
-
-    /// Runs the deployment script: starts the members that do not run.
-    fn deploy(&self) {
-        let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../scripts/etcd-deployment");
-        let status = Command::new(script)
-            .args(["cluster", &self.base.to_string()])
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .status()
-            .expect("scripts/etcd-deployment runs (scripts/test installs etcd)");
-        assert!(status.success(), "scripts/etcd-deployment failed");
-    }
-
-    fn url(&self) -> String {
-        let b = self.base;
-        format!(
-            "etcd://127.0.0.1:{b},127.0.0.1:{},127.0.0.1:{}/",
-            b + 1,
-            b + 2
-        )
-    }
-
-    /// The member (1..=3) that leads now, as the members still running say.
-    async fn leader(&self) -> Option<u16> {
-        for member in 1..=3 {
-            let mut command = Command::new("etcdctl");
-            command
-                .env("ETCDCTL_API", "3")
-                .arg(format!("--endpoints=127.0.0.1:{}", self.base + member - 1))
-                .args(["--dial-timeout=500ms", "--command-timeout=1s"])
-                .args(["endpoint", "status", "-w", "fields"])
-                .stdin(Stdio::null())
-                .stderr(Stdio::null());
-            let Ok(Ok(output)) = tokio::task::spawn_blocking(move || command.output()).await else {
-                continue;
-            };
-            let status = String::from_utf8_lossy(&output.stdout);
-            let value = |name: &str| status.lines().find_map(|line| field(line, name));
-            if output.status.success()
-                && value("MemberID").is_some()
-                && value("MemberID") == value("Leader")
-            {
-                return Some(member);
-            }
-        }
-        None
-    }
-
-    fn kill(&self, member: u16) {
-        let pid_file = self.dir.path().join(format!("m{member}/pid"));
-        if let Ok(pid) = std::fs::read_to_string(pid_file) {
-            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        let status = String::from_utf8_lossy(&output.stdout);
+        let value = |name: &str| status.lines().find_map(|line| field(line, name));
+        if output.status.success()
+            && value("MemberID").is_some()
+            && value("MemberID") == value("Leader")
+        {
+            return Some(member);
         }
     }
-}
-
-impl Drop for OwnCluster {
-    fn drop(&mut self) {
-        for member in 1..=3 {
-            self.kill(member);
-        }
-    }
+    None
 }
 
 /// Promises 1 and 3 when the cluster loses its leader while a lock is held and contended:
@@ -98,17 +44,12 @@ impl Drop for OwnCluster {
 /// granted once the holder releases, with a larger token; the killed member rejoins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promise1_the_lock_survives_the_loss_of_the_cluster_leader() {
-    let cluster = OwnCluster::start();
-    let url = cluster.url();
+    let cluster = OwnCluster::start(&ETCD);
+    let url = cluster.url("etcd");
     let holder = distlock::connect(&url).await.unwrap();
     let rival = distlock::connect(&url).await.unwrap();
     let name = unique("leader_loss");
-    let guard = holder
-        .mutex(name.as_str())
-        .unwrap()
-        .acquire()
-        .await
-        .unwrap();
+    let guard = crate::common::hold(&holder, name.as_str()).await;
     let waiting = tokio::spawn({
         let name = name.clone();
         async move {
@@ -121,10 +62,12 @@ async fn promise1_the_lock_survives_the_loss_of_the_cluster_leader() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let leader = cluster.leader().await.expect("the cluster has a leader");
+    let leader = leading_member(&cluster)
+        .await
+        .expect("the cluster has a leader");
     cluster.kill(leader);
     let start = Instant::now();
-    while cluster.leader().await.is_none_or(|l| l == leader) {
+    while leading_member(&cluster).await.is_none_or(|l| l == leader) {
         assert!(start.elapsed() < Duration::from_secs(30), "no new leader");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -1,0 +1,80 @@
+//! What this client holds, queues and must delete on ZooKeeper: the client-side queue
+//! state ([`crate::queue`]) behind the backend's one lock, and the orphans the reaper deletes.
+
+use super::*;
+
+/// The waiters' queue layer ([`crate::queue::Place`]) on ZooKeeper's state.
+impl crate::queue::Queue for Shared {
+    type Held = ();
+    type Extra = PrefixLookups;
+
+    fn with_queue<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.state())
+    }
+
+    fn wake_reaper(&self) {
+        self.reaper.notify_one();
+    }
+
+    fn record_grant(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        node: &Node,
+        lease: Duration,
+        generation: u64,
+        waiter: Option<u64>,
+    ) -> bool {
+        let key = (name.clone(), owner.clone());
+        let expires_at = Instant::now() + lease;
+        if !self
+            .state()
+            .grant(key, node, generation, waiter, expires_at, ())
+        {
+            return false;
+        }
+        self.reaper.notify_one();
+        true
+    }
+
+    /// A sequential node's path is only ever its own: delete it whatever its token.
+    fn leave_token(_: &Node) -> Option<u64> {
+        None
+    }
+}
+
+impl Shared {
+    pub(super) fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every update completes without a panic point: a poisoned lock is whole.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(super) fn orphan(&self, path: Arc<str>, token: Option<u64>, generation: u64) {
+        self.state()
+            .orphans
+            .push(Orphan::new(path, token, generation, None, None));
+        self.reaper.notify_one();
+    }
+
+    /// A create of a node starting with `prefix` may have landed although it failed: the
+    /// reaper looks for that node (now and once more a little later) and deletes it, so that
+    /// it cannot block the queue for the rest of the session.
+    pub(super) fn orphan_prefix(&self, prefix: &str, generation: u64) {
+        tracing::debug!(%prefix, "a lock node create has an unknown outcome; the reaper will look for it");
+        self.state()
+            .orphans
+            .push(Orphan::new(prefix.into(), None, generation, None, Some(1)));
+        self.reaper.notify_one();
+    }
+
+    /// Our held nodes for `locks`, `None` where we hold none.
+    pub(super) fn held_nodes(&self, locks: &[(LockName, Owner)]) -> Vec<Option<(Arc<str>, u64)>> {
+        let state = self.state();
+        locks
+            .iter()
+            .map(|key| state.held(key).map(|held| (held.key.clone(), held.token)))
+            .collect()
+    }
+}
