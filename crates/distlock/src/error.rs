@@ -209,7 +209,8 @@ impl Error {
         feature = "redis",
         feature = "zookeeper",
         feature = "postgres",
-        feature = "mysql"
+        feature = "mysql",
+        feature = "etcd"
     ))]
     pub(crate) fn not_authorized(
         backend: &'static str,

@@ -42,6 +42,7 @@
 //! client takes a new lease.
 
 pub(crate) mod api;
+mod auth;
 #[cfg(feature = "bench")]
 mod bare;
 mod held;
@@ -119,7 +120,7 @@ impl EtcdBackend {
     /// or the lease cannot be granted.
     pub async fn connect(url: &str) -> Result<Self> {
         let url = EtcdUrl::parse(url)?;
-        let rpc = Rpc::new(&url.endpoints).map_err(|e| Error::invalid("URL", e))?;
+        let rpc = Rpc::new(&url)?;
         let (lease, ttl) = lease::grant(&rpc, url.lease_ttl).await?;
         let (held_watch, changes) = tokio::sync::mpsc::unbounded_channel();
         let shared = Arc::new(Shared {

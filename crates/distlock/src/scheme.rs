@@ -219,6 +219,29 @@ const ETCD_OPTIONS: &[UrlOption] = &[
                   (now, the default), or from a revision as etcd's concurrency.Mutex does, \
                   which the server serves every 100 ms (etcd, for comparison)",
     },
+    UrlOption {
+        key: "tls",
+        values: "true|false",
+        meaning: "talk to the servers over TLS, their certificates checked against the \
+                  system's roots or ca= (false; ca=, cert= and key= turn it on)",
+    },
+    UrlOption {
+        key: "ca",
+        values: "PATH",
+        meaning: "the PEM file of the certificate authority the servers' certificates are \
+                  checked against",
+    },
+    UrlOption {
+        key: "cert",
+        values: "PATH",
+        meaning: "the PEM file of the client certificate to present (with key=), for a \
+                  cluster started with --client-cert-auth",
+    },
+    UrlOption {
+        key: "key",
+        values: "PATH",
+        meaning: "the PEM file of the client certificate's private key (with cert=)",
+    },
 ];
 
 const SQL_DRIVER_COMMON: [&str; 10] = [
@@ -592,8 +615,12 @@ pub(crate) fn of_url(url: &str) -> Result<(&'static Scheme, &str)> {
 }
 
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
+mod credentials;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
 mod hosts;
 mod query;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) use credentials::Credentials;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) use hosts::host_list;
 pub(crate) use query::Query;

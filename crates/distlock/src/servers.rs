@@ -89,6 +89,15 @@ pub const ETCD_CLUSTER: Server = Server {
     default: "etcd://127.0.0.1:2381,127.0.0.1:2382,127.0.0.1:2383/",
 };
 
+/// The etcd member that takes only TLS with a client certificate and has authentication on
+/// (`scripts/etcd-deployment secured`): the user `app`, its prefix `distlock/`, the CA that
+/// signed the member's certificate, and the client certificate.
+pub const ETCD_SECURED: Server = Server {
+    what: "the etcd member that requires TLS, a client certificate and a password",
+    variable: "DISTLOCK_ETCD_SECURED_URL",
+    default: "etcd://app:app-pw@127.0.0.1:2389/distlock/?ca=/tmp/distlock-etcd/secured/ca.pem&cert=/tmp/distlock-etcd/secured/client.pem&key=/tmp/distlock-etcd/secured/client-key.pem",
+};
+
 /// The PostgreSQL database.
 pub const POSTGRES: Server = Server {
     what: "PostgreSQL",
@@ -140,6 +149,7 @@ pub const ALL: &[Server] = &[
     ZOOKEEPER_ENSEMBLE,
     ETCD,
     ETCD_CLUSTER,
+    ETCD_SECURED,
     POSTGRES,
     POSTGRES_SECURED,
     PGBOUNCER,

@@ -92,12 +92,12 @@ fn a_bad_url_is_quoted_masked() {
     let output = distlock(&[
         "status",
         "--backend",
-        &format!("etcd://user:{SECRET}@127.0.0.1:1/"),
+        &format!("etcd://user:{SECRET}@127.0.0.1:1/?watch=later"),
         "x",
     ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("etcd://user:***@127.0.0.1:1/"),
+        stderr.contains("etcd://user:***@127.0.0.1:1/?watch=later"),
         "the URL is not quoted masked: {stderr}"
     );
 }

@@ -7,15 +7,11 @@ use super::api::etcdserverpb::RangeRequest;
 use super::api::etcdserverpb::compare::CompareResult;
 use super::rpc::{Rpc, created, delete, get, op_put, put, txn};
 use crate::driver::BareConnection;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 struct BareEtcd {
     rpc: Rpc,
     prefix: String,
-}
-
-fn failed<E: std::fmt::Display>(operation: &'static str) -> impl Fn(E) -> Error {
-    move |e| Error::backend("etcd", operation, e.to_string())
 }
 
 pub(super) async fn open(url: &str) -> Result<Option<crate::driver::BoxedBare>> {
@@ -25,7 +21,7 @@ pub(super) async fn open(url: &str) -> Result<Option<crate::driver::BoxedBare>> 
 impl BareEtcd {
     fn open(url: &str) -> Result<Self> {
         let url = super::url::EtcdUrl::parse(url)?;
-        let rpc = Rpc::new(&url.endpoints).map_err(failed("connect"))?;
+        let rpc = Rpc::new(&url)?;
         Ok(BareEtcd {
             rpc,
             prefix: url.prefix.clone(),
@@ -47,7 +43,7 @@ impl BareConnection for BareEtcd {
             })
             .await
             .map(drop)
-            .map_err(failed("ping"))
+            .map_err(|status| self.rpc.failed("ping", status))
     }
 
     async fn pair(&mut self, name: &str) -> Result<bool> {
@@ -57,11 +53,15 @@ impl BareConnection for BareEtcd {
             [op_put(put(key.clone(), "1", 0))],
             [],
         );
-        let put = self.rpc.txn(request).await.map_err(failed("txn"))?;
+        let put = self
+            .rpc
+            .txn(request)
+            .await
+            .map_err(|status| self.rpc.failed("txn", status))?;
         self.rpc
             .delete_range(delete(key))
             .await
-            .map_err(failed("delete"))?;
+            .map_err(|status| self.rpc.failed("delete", status))?;
         Ok(put.succeeded)
     }
 }

@@ -21,7 +21,7 @@ pub(super) async fn grant(rpc: &Rpc, ttl: Duration) -> Result<(i64, Duration)> {
                 format!("no answer within {REQUEST_TIMEOUT:?}"),
             )
         })?
-        .map_err(|e| Error::backend(SCHEME, "grant a lease", e))?;
+        .map_err(|status| rpc.failed("grant a lease", status))?;
     if !granted.error.is_empty() {
         return Err(Error::backend(SCHEME, "grant a lease", granted.error));
     }

@@ -64,7 +64,7 @@ impl Shared {
     ) -> Result<T> {
         match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(error)) => Err(Error::backend(SCHEME, operation, error)),
+            Ok(Err(status)) => Err(self.rpc.failed(operation, status)),
             Err(_) => Err(Error::backend(
                 SCHEME,
                 operation,

@@ -1,12 +1,15 @@
-//! The connection to an etcd cluster: one gRPC channel balanced over the URL's servers, and
-//! the calls of etcd's API the backend makes, each asking for a server that has a leader.
+//! The connection to an etcd cluster: one gRPC channel balanced over the URL's servers (over
+//! TLS where the URL asks, as its user where it names one), the calls of etcd's API the
+//! backend makes, each asking for a server that has a leader, and what their failures mean.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream;
 use tokio::sync::mpsc;
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::api::etcdserverpb::{
@@ -19,6 +22,9 @@ use super::api::etcdserverpb::{
 #[cfg(feature = "bench")]
 use super::api::etcdserverpb::{DeleteRangeResponse, PutResponse};
 use super::api::mvccpb::KeyValue;
+use super::auth::{self, Auth, Token};
+use super::url::{EtcdUrl, Tls};
+use crate::error::Error;
 
 /// A server's answer, or the gRPC status it failed with.
 pub(crate) type Answer<T> = std::result::Result<T, Status>;
@@ -33,20 +39,28 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// a ping may go unanswered before the connection counts as broken.
 const KEEP_ALIVE: Duration = Duration::from_secs(2);
 
-/// The gRPC channel to the cluster; cheap to clone.
+/// The gRPC channel to the cluster, and the user the client authenticates as; cheap to
+/// clone.
 #[derive(Clone)]
 pub(crate) struct Rpc {
     channel: Channel,
+    auth: Option<Arc<Auth>>,
+    /// Whether the channel talks TLS, for the advice of a failed connection.
+    tls: bool,
 }
 
 /// Marks a request so that a server without a leader refuses it (etcd's `hasleader`
 /// metadata) instead of serving it from a member cut off from the cluster; a watch stream
-/// so marked is ended by the server when it loses its leader.
-fn ask<T>(message: T) -> Request<T> {
+/// so marked is ended by the server when it loses its leader. With a token, the request
+/// carries it.
+fn ask<T>(message: T, token: Option<&Token>) -> Request<T> {
     let mut request = Request::new(message);
     request
         .metadata_mut()
         .insert("hasleader", MetadataValue::from_static("true"));
+    if let Some(token) = token {
+        token.sign(&mut request);
+    }
     request
 }
 
@@ -80,44 +94,124 @@ fn requests<T: Send + 'static>(
     (Requests(sender), messages)
 }
 
+/// The TLS configuration of `tls`: its files read, the servers checked against its CA or the
+/// system's roots.
+fn tls_config(tls: &Tls) -> Result<ClientTlsConfig, Error> {
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            Error::invalid(
+                "URL",
+                format!("etcd://: {key}={}: cannot read it: {e}", path.display()),
+            )
+        })
+    };
+    let mut config = ClientTlsConfig::new();
+    config = match &tls.ca {
+        Some(ca) => config.ca_certificate(Certificate::from_pem(read("ca", ca)?)),
+        None => config.with_native_roots(),
+    };
+    if let Some((cert, key)) = &tls.identity {
+        config = config.identity(Identity::from_pem(read("cert", cert)?, read("key", key)?));
+    }
+    Ok(config)
+}
+
 impl Rpc {
-    /// A channel balanced over `endpoints` (`http://host:port`). It connects lazily: the
-    /// first request finds out whether a server answers.
+    /// A channel balanced over the servers of `url`, over TLS where it asks for it, as its
+    /// user where it names one. It connects lazily: the first request finds out whether a
+    /// server answers (and takes the user's token).
     ///
     /// # Errors
-    /// An endpoint that is not a valid URI, as text for the caller's error.
-    pub(crate) fn new(endpoints: &[String]) -> Result<Rpc, String> {
+    /// [`Error::InvalidInput`] for an endpoint that is not a valid URI, or a TLS file that
+    /// cannot be read or used.
+    pub(crate) fn new(url: &EtcdUrl) -> Result<Rpc, Error> {
+        let endpoints = &url.endpoints;
+        let tls = url.tls.as_ref().map(tls_config).transpose()?;
+        let invalid = |endpoint: &str, e: &dyn std::fmt::Display| {
+            Error::invalid("URL", format!("etcd://: {endpoint}: {e}"))
+        };
         let (channel, changes) = Channel::balance_channel(endpoints.len().max(1));
         for endpoint in endpoints {
-            let target = Endpoint::from_shared(endpoint.clone())
-                .map_err(|e| format!("{endpoint}: {e}"))?
+            let mut target = Endpoint::from_shared(endpoint.clone())
+                .map_err(|e| invalid(endpoint, &e))?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .http2_keep_alive_interval(KEEP_ALIVE)
                 .keep_alive_timeout(KEEP_ALIVE)
                 .keep_alive_while_idle(true);
+            if let Some(tls) = &tls {
+                target = target
+                    .tls_config(tls.clone())
+                    .map_err(|e| invalid(endpoint, &e))?;
+            }
             changes
                 .try_send(tonic::transport::channel::Change::Insert(
                     endpoint.clone(),
                     target,
                 ))
-                .map_err(|e| format!("{endpoint}: {e}"))?;
+                .map_err(|e| invalid(endpoint, &e))?;
         }
-        Ok(Rpc { channel })
+        let auth = url
+            .credentials
+            .clone()
+            .map(|user| Arc::new(Auth::new(user)));
+        Ok(Rpc {
+            channel,
+            auth,
+            tls: tls.is_some(),
+        })
+    }
+
+    /// Sends `message` through `call`, with the user's token where the client has a user:
+    /// when the cluster refuses the token (`again`), once more with a new one.
+    async fn authorized<M: Clone, T, F, Fut>(
+        &self,
+        message: M,
+        again: fn(&Status) -> bool,
+        call: F,
+    ) -> Answer<T>
+    where
+        F: Fn(M, Option<Token>) -> Fut,
+        Fut: Future<Output = Answer<T>>,
+    {
+        let Some(auth) = &self.auth else {
+            return call(message, None).await;
+        };
+        let token = auth.token(&self.channel).await?;
+        let stale = token.generation();
+        match call(message.clone(), Some(token)).await {
+            Err(status) if again(&status) => {
+                let token = auth.renew(&self.channel, Some(stale)).await?;
+                call(message, Some(token)).await
+            }
+            answer => answer,
+        }
     }
 
     pub(crate) async fn range(&self, request: RangeRequest) -> Answer<RangeResponse> {
-        KvClient::new(self.channel.clone())
-            .range(ask(request))
-            .await
-            .map(Response::into_inner)
+        self.authorized(request, auth::token_refused, |request, token| {
+            let mut client = KvClient::new(self.channel.clone());
+            async move {
+                client
+                    .range(ask(request, token.as_ref()))
+                    .await
+                    .map(Response::into_inner)
+            }
+        })
+        .await
     }
 
     #[cfg(feature = "bench")]
     pub(crate) async fn put(&self, request: PutRequest) -> Answer<PutResponse> {
-        KvClient::new(self.channel.clone())
-            .put(ask(request))
-            .await
-            .map(Response::into_inner)
+        self.authorized(request, auth::token_refused, |request, token| {
+            let mut client = KvClient::new(self.channel.clone());
+            async move {
+                client
+                    .put(ask(request, token.as_ref()))
+                    .await
+                    .map(Response::into_inner)
+            }
+        })
+        .await
     }
 
     #[cfg(feature = "bench")]
@@ -125,17 +219,29 @@ impl Rpc {
         &self,
         request: DeleteRangeRequest,
     ) -> Answer<DeleteRangeResponse> {
-        KvClient::new(self.channel.clone())
-            .delete_range(ask(request))
-            .await
-            .map(Response::into_inner)
+        self.authorized(request, auth::token_refused, |request, token| {
+            let mut client = KvClient::new(self.channel.clone());
+            async move {
+                client
+                    .delete_range(ask(request, token.as_ref()))
+                    .await
+                    .map(Response::into_inner)
+            }
+        })
+        .await
     }
 
     pub(crate) async fn txn(&self, request: TxnRequest) -> Answer<TxnResponse> {
-        KvClient::new(self.channel.clone())
-            .txn(ask(request))
-            .await
-            .map(Response::into_inner)
+        self.authorized(request, auth::token_refused, |request, token| {
+            let mut client = KvClient::new(self.channel.clone());
+            async move {
+                client
+                    .txn(ask(request, token.as_ref()))
+                    .await
+                    .map(Response::into_inner)
+            }
+        })
+        .await
     }
 
     pub(crate) async fn lease_grant(&self, ttl_seconds: i64) -> Answer<LeaseGrantResponse> {
@@ -143,17 +249,30 @@ impl Rpc {
             ttl: ttl_seconds,
             id: 0,
         };
-        LeaseClient::new(self.channel.clone())
-            .lease_grant(ask(request))
-            .await
-            .map(Response::into_inner)
+        self.authorized(request, auth::token_refused, |request, token| {
+            let mut client = LeaseClient::new(self.channel.clone());
+            async move {
+                client
+                    .lease_grant(ask(request, token.as_ref()))
+                    .await
+                    .map(Response::into_inner)
+            }
+        })
+        .await
     }
 
     pub(crate) async fn lease_revoke(&self, lease: i64) -> Answer<()> {
-        LeaseClient::new(self.channel.clone())
-            .lease_revoke(ask(LeaseRevokeRequest { id: lease }))
-            .await
-            .map(drop)
+        let request = LeaseRevokeRequest { id: lease };
+        self.authorized(request, auth::token_refused, |request, token| {
+            let mut client = LeaseClient::new(self.channel.clone());
+            async move {
+                client
+                    .lease_revoke(ask(request, token.as_ref()))
+                    .await
+                    .map(drop)
+            }
+        })
+        .await
     }
 
     /// Opens a keep-alive stream for `lease` and sends its first keep-alive; each request
@@ -166,38 +285,111 @@ impl Rpc {
         Requests<LeaseKeepAliveRequest>,
         Streaming<LeaseKeepAliveResponse>,
     )> {
-        let (sender, messages) = requests(LeaseKeepAliveRequest { id: lease });
-        let answers = LeaseClient::new(self.channel.clone())
-            .lease_keep_alive(ask(messages))
-            .await?
-            .into_inner();
-        Ok((sender, answers))
+        let first = LeaseKeepAliveRequest { id: lease };
+        self.authorized(first, auth::token_refused, |first, token| {
+            let mut client = LeaseClient::new(self.channel.clone());
+            async move {
+                let (sender, messages) = requests(first);
+                let answers = client
+                    .lease_keep_alive(ask(messages, token.as_ref()))
+                    .await?
+                    .into_inner();
+                Ok((sender, answers))
+            }
+        })
+        .await
     }
 
     /// Opens a watch stream with `first` as its first request and waits for the server to
     /// answer it (the watch is then set up: every later change is in the stream).
     ///
     /// # Errors
-    /// The stream's failure; a stream that ends or answers something else first fails with
-    /// `Status::unavailable`.
+    /// The stream's failure; a watch the server refuses fails with `Status::permission_denied`
+    /// (etcd answers a watch of keys the user may not read as created and cancelled at once,
+    /// as it does a watch with a token it no longer takes); a stream that ends or answers
+    /// something else first fails with `Status::unavailable`.
     pub(crate) async fn watch(
         &self,
         first: WatchRequest,
     ) -> Answer<(Requests<WatchRequest>, Streaming<WatchResponse>)> {
-        let (sender, messages) = requests(first);
-        let mut answers = WatchClient::new(self.channel.clone())
-            .watch(ask(messages))
-            .await?
-            .into_inner();
-        match answers.message().await? {
-            Some(answer) if answer.created => Ok((sender, answers)),
-            Some(answer) => Err(Status::unavailable(format!(
-                "the server answered a new watch with no creation (cancelled: {}, {})",
-                answer.canceled, answer.cancel_reason
-            ))),
-            None => Err(Status::unavailable("the watch stream ended at once")),
-        }
+        let again = |status: &Status| {
+            auth::token_refused(status) || status.code() == tonic::Code::PermissionDenied
+        };
+        self.authorized(first, again, |first, token| {
+            let mut client = WatchClient::new(self.channel.clone());
+            async move {
+                let (sender, messages) = requests(first);
+                let mut answers = client
+                    .watch(ask(messages, token.as_ref()))
+                    .await?
+                    .into_inner();
+                match answers.message().await? {
+                    Some(answer) if answer.created && !answer.canceled => Ok((sender, answers)),
+                    Some(answer) if answer.cancel_reason.contains("permission denied") => {
+                        Err(Status::permission_denied(answer.cancel_reason))
+                    }
+                    Some(answer) => Err(Status::unavailable(format!(
+                        "the server answered a new watch with no creation (cancelled: {}, {})",
+                        answer.canceled, answer.cancel_reason
+                    ))),
+                    None => Err(Status::unavailable("the watch stream ended at once")),
+                }
+            }
+        })
+        .await
     }
+}
+
+impl Rpc {
+    /// The error of a call that failed with `status` while the backend tried to
+    /// `operation`: [`Error::NotAuthorized`] when the cluster refused the user, else
+    /// [`Error::Backend`] with the causes of a connection that failed (a certificate not
+    /// trusted, a handshake refused) and, over TLS, the options to check.
+    pub(crate) fn failed(&self, operation: &'static str, status: Status) -> Error {
+        if let Some(reason) = auth::refusal(&status) {
+            return Error::not_authorized(
+                "etcd",
+                operation,
+                format!("{reason} (etcd said: {})", status.message()),
+            );
+        }
+        let mut causes = String::new();
+        let mut source = std::error::Error::source(&status);
+        while let Some(cause) = source {
+            let cause = cause.to_string();
+            if !causes.contains(&cause) && !status.message().contains(&cause) {
+                causes.push_str(": ");
+                causes.push_str(&cause);
+            }
+            source = cause_of(source);
+        }
+        let text = format!("{}{causes}", status.message());
+        let hint = if self.tls && text.contains("transport error") {
+            " (over TLS: ca= names the CA that signed the servers' certificates, whose names \
+             must be the URL's hosts; a cluster with --client-cert-auth drops a client without \
+             the cert= and key= of a certificate its CA signed)"
+        } else if !self.tls
+            && ["broken pipe", "connection reset", "connection closed"]
+                .iter()
+                .any(|cause| text.contains(cause))
+        {
+            " (a member that talks TLS drops a client that does not: add tls=true or ca= to the \
+             URL if the cluster takes TLS)"
+        } else {
+            ""
+        };
+        Error::backend(
+            "etcd",
+            operation,
+            format!("{:?}: {text}{hint}", status.code()),
+        )
+    }
+}
+
+fn cause_of<'a>(
+    error: Option<&'a (dyn std::error::Error + 'static)>,
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    error.and_then(std::error::Error::source)
 }
 
 // How requests and answers are written and read.

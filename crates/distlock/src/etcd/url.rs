@@ -1,8 +1,10 @@
 //! `etcd://` URLs, and how lock names become key prefixes.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::scheme::Credentials;
 
 /// The lease TTL asked of the server when the URL names none. The server rounds a shorter
 /// one up to its minimum (about 1.5 times its election timeout, 2 s by default).
@@ -19,16 +21,31 @@ pub(crate) enum WatchStart {
     Revision,
 }
 
-/// The parsed URL.
+/// The parsed URL. Its `Debug` shows no password.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EtcdUrl {
-    /// `http://host:port` of every server the URL names.
+    /// `http://host:port` (`https://` over TLS) of every server the URL names.
     pub(crate) endpoints: Vec<String>,
     /// Prepended to every lock's key prefix: empty, or ending in `/`.
     pub(crate) prefix: String,
     /// The TTL of the client's etcd lease, in whole seconds.
     pub(crate) lease_ttl: Duration,
     pub(crate) watch: WatchStart,
+    /// The user the client authenticates as (`etcd://user:password@...`), for a cluster with
+    /// authentication on.
+    pub(crate) credentials: Option<Credentials>,
+    /// How the client checks the servers and shows itself over TLS, when it talks TLS.
+    pub(crate) tls: Option<Tls>,
+}
+
+/// The TLS options of a URL: files read when the client connects.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Tls {
+    /// The certificate authority the servers' certificates are checked against; the
+    /// system's roots without one.
+    pub(crate) ca: Option<PathBuf>,
+    /// The client certificate and its private key.
+    pub(crate) identity: Option<(PathBuf, PathBuf)>,
 }
 
 fn invalid(url: &str, reason: impl std::fmt::Display) -> Error {
@@ -37,7 +54,8 @@ fn invalid(url: &str, reason: impl std::fmt::Display) -> Error {
         "URL",
         format!(
             "{url:?}: {reason}; write it as etcd://host:2379,host2:2379/optional/prefix\
-             ?lease_ttl=10s&watch=now"
+             ?lease_ttl=10s&watch=now (user:password@ before the hosts, tls=true, ca=, cert= \
+             and key= for a secured cluster)"
         ),
     )
 }
@@ -47,16 +65,19 @@ impl EtcdUrl {
         let Some(rest) = url.strip_prefix("etcd://") else {
             return Err(invalid(url, "the scheme must be etcd"));
         };
+        let (credentials, rest) = Credentials::split("etcd", rest)?;
         let (_, query) = crate::scheme::Query::parse(url)?;
         let rest = rest.split_once('?').map_or(rest, |(rest, _)| rest);
         let (hosts, path) = match rest.find('/') {
             Some(slash) => (&rest[..slash], &rest[slash + 1..]),
             None => (rest, ""),
         };
+        let tls = Tls::of(&query)?;
+        let transport = if tls.is_some() { "https" } else { "http" };
         let endpoints = crate::scheme::host_list(url, hosts)
             .map_err(|why| invalid(url, why))?
             .into_iter()
-            .map(|(name, port)| format!("http://{name}:{port}"))
+            .map(|(name, port)| format!("{transport}://{name}:{port}"))
             .collect();
         if path.contains('#') {
             return Err(invalid(url, "the prefix may not contain #"));
@@ -90,6 +111,8 @@ impl EtcdUrl {
             prefix,
             lease_ttl,
             watch,
+            credentials,
+            tls,
         })
     }
 
@@ -100,7 +123,43 @@ impl EtcdUrl {
     }
 }
 
-/// `10s`, between 2 s and 1 h.
+impl Tls {
+    /// The TLS options of `query`: `None` when it asks for none (no `tls=true`, `ca=`,
+    /// `cert=` or `key=`).
+    fn of(query: &crate::scheme::Query<'_>) -> Result<Option<Tls>> {
+        let path = |key: &str| match query.get(key) {
+            Some("") => Err(Error::invalid(
+                "URL",
+                format!("etcd://: {key}= needs the path of a PEM file"),
+            )),
+            other => Ok(other.map(|path| PathBuf::from(crate::percent::decoded(path)))),
+        };
+        let (ca, cert, key) = (path("ca")?, path("cert")?, path("key")?);
+        let identity = match (cert, key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            _ => {
+                return Err(Error::invalid(
+                    "URL",
+                    "etcd://: cert= and key= go together: the client certificate and its \
+                     private key",
+                ));
+            }
+        };
+        let asked = ca.is_some() || identity.is_some();
+        match query.flag("tls")? {
+            Some(false) if asked => Err(Error::invalid(
+                "URL",
+                "etcd://: tls=false with ca=, cert= or key=: drop tls=false to talk TLS, or \
+                 the files to talk plain",
+            )),
+            Some(true) => Ok(Some(Tls { ca, identity })),
+            _ if asked => Ok(Some(Tls { ca, identity })),
+            _ => Ok(None),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +190,7 @@ mod tests {
             "etcd://h:x/",
             "etcd://:2379/",
             "etcd://u@h:2379/",
+            "etcd://:pw@h:2379/",
             "etcd://h/?lease_ttl=1s",
             "etcd://h/?lease_ttl=10",
             "etcd://h/?lease_ttl=1999ms",
@@ -141,5 +201,46 @@ mod tests {
             let err = EtcdUrl::parse(bad).expect_err(bad);
             assert!(err.is_invalid_input(), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn user_info_and_tls_options_parse() {
+        let url = EtcdUrl::parse("etcd://app:s3cr%40t@h1,h2:2/locks").unwrap();
+        let credentials = url.credentials.as_ref().expect("credentials");
+        assert_eq!(
+            (credentials.user.as_str(), credentials.password.as_str()),
+            ("app", "s3cr@t")
+        );
+        assert_eq!(url.endpoints, ["http://h1:2379", "http://h2:2"]);
+        assert_eq!(url.prefix, "locks/");
+        assert_eq!(url.tls, None);
+        assert!(!format!("{url:?}").contains("s3cr"));
+        let url = EtcdUrl::parse("etcd://h/?tls=true").unwrap();
+        assert_eq!(url.endpoints, ["https://h:2379"]);
+        assert_eq!(url.tls, Some(Tls::default()));
+        let url =
+            EtcdUrl::parse("etcd://h/?ca=/c/ca.pem&cert=/c/me.pem&key=/c/me%20key.pem").unwrap();
+        assert_eq!(url.endpoints, ["https://h:2379"]);
+        let tls = url.tls.expect("TLS");
+        assert_eq!(tls.ca, Some(PathBuf::from("/c/ca.pem")));
+        assert_eq!(
+            tls.identity,
+            Some((PathBuf::from("/c/me.pem"), PathBuf::from("/c/me key.pem")))
+        );
+        assert_eq!(EtcdUrl::parse("etcd://h/?tls=false").unwrap().tls, None);
+        for bad in [
+            "etcd://h/?cert=/c/me.pem",
+            "etcd://h/?key=/c/me.pem",
+            "etcd://h/?ca=",
+            "etcd://h/?tls=false&ca=/c/ca.pem",
+            "etcd://h/?tls=maybe",
+            "etcd://app:@h/",
+            "etcd://app:pw@/x",
+        ] {
+            let err = EtcdUrl::parse(bad).expect_err(bad);
+            assert!(err.is_invalid_input(), "{bad}: {err}");
+        }
+        let err = EtcdUrl::parse("etcd://app:s3c/ret@h/").expect_err("a raw /");
+        assert!(!err.to_string().contains("ret"), "{err}");
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use zookeeper_client as zk;
 
 use crate::error::{Error, Result};
+use crate::scheme::Credentials;
 
 /// The session timeout asked for when the URL names none. The server clamps it to between 2
 /// and 20 of its ticks (4 s to 40 s with the default 2 s tick).
@@ -22,20 +23,7 @@ pub(crate) struct ZkUrl {
     pub(crate) session_timeout: Duration,
     /// The digest identity of the URL's user info (`zk://user:password@...`), which every
     /// session authenticates as and which alone may change the nodes it creates.
-    pub(crate) digest: Option<Digest>,
-}
-
-/// A ZooKeeper `digest` identity: a user and its password. Its `Debug` hides the password.
-#[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Digest {
-    user: String,
-    password: String,
-}
-
-impl std::fmt::Debug for Digest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Digest({:?}:***)", self.user)
-    }
+    pub(crate) digest: Option<Credentials>,
 }
 
 fn invalid(url: &str, reason: impl std::fmt::Display) -> Error {
@@ -58,30 +46,14 @@ impl ZkUrl {
         } else {
             return Err(invalid(url, "the scheme must be zk or zk+naive"));
         };
-        // The user info is what stands before the last `@`. With a raw `/`, `?`, `#` or `,`
-        // in it, the URL's parts (and the redaction of the password in messages) would start
-        // inside the password: refuse it, quoting nothing of the URL.
-        if let Some((user_info, _)) = rest.rsplit_once('@')
-            && user_info.contains(['/', '?', '#', ','])
-        {
-            return Err(Error::invalid(
-                "URL",
-                "the user info of a zk:// URL holds a raw `/`, `?`, `#` or `,` (or an `@` \
-                 stands after the host list): percent-encode them in the user and the password \
-                 (`/` is %2F, `?` %3F, `#` %23, `,` %2C, `@` %40)",
-            ));
-        }
+        let (digest, rest) = Credentials::split("zk", rest)?;
         let (_, query) = crate::scheme::Query::parse(url)?;
         let rest = rest.split_once('?').map_or(rest, |(rest, _)| rest);
         let (authority, path) = match rest.find('/') {
             Some(slash) => (&rest[..slash], &rest[slash..]),
             None => (rest, ""),
         };
-        let (digest, hosts) = match authority.rsplit_once('@') {
-            Some((user_info, hosts)) => (Some(Digest::parse(url, user_info)?), hosts),
-            None => (None, authority),
-        };
-        let cluster: Vec<String> = crate::scheme::host_list(url, hosts)
+        let cluster: Vec<String> = crate::scheme::host_list(url, authority)
             .map_err(|why| invalid(url, why))?
             .into_iter()
             .map(|(name, port)| format!("{name}:{port}"))
@@ -191,25 +163,6 @@ impl ZkUrl {
             ),
             None => connector,
         }
-    }
-}
-
-impl Digest {
-    /// The `user:password` of a URL (percent-decoded).
-    fn parse(url: &str, user_info: &str) -> Result<Digest> {
-        let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
-        let (user, password) = (
-            crate::percent::decoded(user),
-            crate::percent::decoded(password),
-        );
-        if user.is_empty() || password.is_empty() || user.contains(':') {
-            return Err(invalid(
-                url,
-                "the user info must be user:password, the digest identity every session \
-                 authenticates as (percent-encode `:`, `@`, `/` and `,` in them)",
-            ));
-        }
-        Ok(Digest { user, password })
     }
 }
 

@@ -29,6 +29,9 @@ mod structure;
 #[cfg(all(feature = "etcd", feature = "conformance", feature = "bench"))]
 mod etcd;
 
+#[cfg(all(feature = "etcd", feature = "conformance"))]
+mod etcd_secured;
+
 #[cfg(all(any(feature = "mysql", feature = "postgres"), feature = "conformance"))]
 mod killed_session;
 #[cfg(all(feature = "mysql", feature = "conformance"))]
