@@ -197,6 +197,18 @@ const REDLOCK_OPTIONS: &[UrlOption] = &[
         meaning: "the share of a lease a master's clock may run fast by: each master keeps a \
                   lock lease x (1 + clock_drift) + 2 ms (0.01)",
     },
+    UrlOption {
+        key: "tls",
+        values: "true|false",
+        meaning: "talk TLS to every master (rediss://), their certificates checked against \
+                  the system's roots or ca= (false; ca= turns it on)",
+    },
+    UrlOption {
+        key: "ca",
+        values: "PATH",
+        meaning: "the PEM file of the certificate authority the masters' certificates are \
+                  checked against",
+    },
 ];
 
 const ZK_OPTIONS: &[UrlOption] = &[UrlOption {

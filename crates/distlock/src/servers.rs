@@ -61,6 +61,14 @@ pub const REDLOCK: Server = Server {
     default: "redlock://127.0.0.1:6400,127.0.0.1:6401,127.0.0.1:6402/",
 };
 
+/// Three independent masters that speak only TLS and take a password
+/// (`scripts/redis-deployment redlock-tls`), for a Redlock of `rediss://` masters.
+pub const REDLOCK_TLS: Server = Server {
+    what: "the Redlock masters that require TLS and a password",
+    variable: "DISTLOCK_REDLOCK_TLS_URL",
+    default: "redlock://:redlock-pw@127.0.0.1:6410,127.0.0.1:6411,127.0.0.1:6412/?ca=/tmp/distlock-redis/redlock-tls/ca.pem",
+};
+
 /// The standalone ZooKeeper server.
 pub const ZOOKEEPER: Server = Server {
     what: "ZooKeeper",
@@ -145,6 +153,7 @@ pub const ALL: &[Server] = &[
     REDIS_TLS,
     REDIS_ACL,
     REDLOCK,
+    REDLOCK_TLS,
     ZOOKEEPER,
     ZOOKEEPER_ENSEMBLE,
     ETCD,

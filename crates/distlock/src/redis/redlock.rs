@@ -144,12 +144,13 @@ impl RedlockBackend {
             }
         }))
         .await;
-        let (mut refused, mut reached) = (None, 0);
+        let (mut refused, mut failed, mut reached) = (None, None, 0);
         for answer in answers {
             match answer {
                 Ok(true) => reached += 1,
                 Err(error) if error.is_not_authorized() => refused = refused.or(Some(error)),
-                Ok(false) | Err(_) => {}
+                Err(error) => failed = failed.or(Some(error)),
+                Ok(false) => {}
             }
         }
         // Masters that refuse the credentials are not masters that are down: without a
@@ -165,9 +166,12 @@ impl RedlockBackend {
                 "connect",
                 format!(
                     "only {reached} of {} masters reachable, a majority needs {}: check that \
-                     the masters run and are reachable",
+                     the masters run and are reachable{}",
                     backend.masters.len(),
-                    backend.quorum
+                    backend.quorum,
+                    failed.map_or_else(String::new, |error| format!(
+                        " (the first failure: {error})"
+                    ))
                 ),
             ));
         }

@@ -18,6 +18,43 @@ use crate::common::redlock::{OwnMasters, lock_key, name_with_gate, redis_cli};
 
 distlock::conformance_suite!(redlock, servers::REDLOCK.target());
 distlock::wire_fault_suite!(redlock_wire, servers::REDLOCK.target());
+distlock::conformance_suite!(redlock_tls, servers::REDLOCK_TLS.target());
+
+/// Masters that take only TLS with a password: a wrong password is `Error::NotAuthorized`
+/// (every master refuses it, so no majority is left); masters whose certificates the system's
+/// roots did not sign (no `ca=`) and plain text to them fail the connect, naming the
+/// certificate; no message holds the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_masters_refuse_a_wrong_password_and_an_untrusted_certificate() {
+    let url = servers::REDLOCK_TLS.url();
+    let connect = |url: String| async move {
+        let url = servers::with_query(&url, "connect_timeout=10s");
+        timeout(Duration::from_secs(30), distlock::connect(&url))
+            .await
+            .expect("the refused connect took too long")
+            .err()
+            .unwrap_or_else(|| panic!("{} was let in", distlock::redact_url(&url)))
+    };
+    let wrong = url.replacen(":redlock-pw@", ":not-the-pw@", 1);
+    assert_ne!(wrong, url, "the TLS Redlock URL has no redlock-pw password");
+    let err = connect(wrong).await;
+    assert!(err.is_not_authorized(), "{err}");
+    let (base, _) = url.split_once('?').expect("a query");
+    let untrusted = connect(format!("{base}?tls=true")).await;
+    let plain = connect(base.to_owned()).await;
+    let text = format!("{untrusted:?}");
+    assert!(
+        text.contains("certificate") || text.contains("UnknownIssuer"),
+        "not refused as an untrusted certificate: {text}"
+    );
+    for err in [err, untrusted, plain] {
+        let text = format!("{err} {err:?}");
+        assert!(
+            !text.contains("not-the-pw") && !text.contains("redlock-pw"),
+            "{text}"
+        );
+    }
+}
 
 /// Promises 1 and 3: three clients contend for one lock (four tasks each, 1 ms holds); the
 /// master the name asks first is killed while the lock is held and contended. Nobody ever

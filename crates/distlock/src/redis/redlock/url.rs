@@ -25,8 +25,8 @@ fn invalid(reason: impl std::fmt::Display) -> Error {
         "URL",
         format!(
             "{reason}; write redlock://[user:password@]host:port,host:port,host:port[/db]\
-             [?request_timeout=250ms&clock_drift=0.01] with an odd number (3 or more) of \
-             independent masters"
+             [?request_timeout=250ms&clock_drift=0.01&tls=true&ca=PATH] with an odd number (3 \
+             or more) of independent masters"
         ),
     )
 }
@@ -43,7 +43,32 @@ impl RedlockUrl {
         let clock_drift = query
             .fraction("clock_drift", 0.0..=0.5)?
             .unwrap_or(DEFAULT_CLOCK_DRIFT);
-        let driver = query.driver_url("");
+        let tls = match (query.flag("tls")?, query.get("ca")) {
+            (_, Some("")) => return Err(invalid("ca= needs the path of a PEM file")),
+            (Some(false), Some(_)) => {
+                return Err(invalid(
+                    "tls=false with ca=: drop tls=false to talk TLS, or ca= to talk plain",
+                ));
+            }
+            (Some(true), None) => Some(None),
+            (_, Some(ca)) => Some(Some(ca)),
+            (_, None) => None,
+        };
+        // Each master's URL: `rediss://` with the CA (a distlock option of that scheme)
+        // over TLS, then the driver's options.
+        let (scheme, mut options) = match tls {
+            Some(Some(ca)) => ("rediss", vec![format!("ca={ca}")]),
+            Some(None) => ("rediss", Vec::new()),
+            None => ("redis", Vec::new()),
+        };
+        if let Some(driver) = query.driver_url("").strip_prefix('?') {
+            options.push(driver.to_owned());
+        }
+        let driver = if options.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", options.join("&"))
+        };
         let Some(rest) = base.strip_prefix("redlock://") else {
             return Err(invalid(format!(
                 "{:?} is not a redlock:// URL",
@@ -86,7 +111,7 @@ impl RedlockUrl {
         addresses.sort_unstable();
         let masters = addresses
             .into_iter()
-            .map(|address| format!("redis://{credentials}{address}/{db}{driver}"))
+            .map(|address| format!("{scheme}://{credentials}{address}/{db}{driver}"))
             .collect();
         Ok(RedlockUrl {
             masters,
@@ -116,6 +141,27 @@ mod tests {
         let url = RedlockUrl::parse("redlock://a:1,b:1,c:1/?clock_drift=0.05").unwrap();
         assert_eq!(url.masters[0], "redis://a:1/");
         assert_eq!(url.clock_drift, 0.05);
+    }
+
+    #[test]
+    fn tls_makes_every_master_rediss_with_the_ca() {
+        let url =
+            RedlockUrl::parse("redlock://:pw@a:1,b:1,c:1/2?ca=/c/ca.pem&protocol=resp3").unwrap();
+        assert_eq!(
+            url.masters[0],
+            "rediss://:pw@a:1/2?ca=/c/ca.pem&protocol=resp3"
+        );
+        let url = RedlockUrl::parse("redlock://a:1,b:1,c:1/?tls=true").unwrap();
+        assert_eq!(url.masters[2], "rediss://c:1/");
+        let url = RedlockUrl::parse("redlock://a:1,b:1,c:1/?tls=false").unwrap();
+        assert_eq!(url.masters[1], "redis://b:1/");
+        for bad in [
+            "redlock://a:1,b:1,c:1/?ca=",
+            "redlock://a:1,b:1,c:1/?tls=false&ca=/c/ca.pem",
+        ] {
+            let err = RedlockUrl::parse(bad).expect_err(bad);
+            assert!(err.is_invalid_input(), "{bad}: {err}");
+        }
     }
 
     #[test]
