@@ -1,8 +1,9 @@
-//! etcd's v3 gRPC API: the messages and the clients of the three services the backend calls
-//! (KV, Watch, Lease), as Rust code generated from the `.proto` files in `api/` and
+//! etcd's v3 gRPC API: the messages and the clients of the four services the backend calls
+//! (KV, Watch, Lease, Auth), as Rust code generated from the `.proto` files in `api/` and
 //! committed, so that a build needs no protobuf compiler. `cargo run -p xtask -- codegen`
 //! regenerates it; the xtask crate's test fails when the committed code differs from what the
-//! `.proto` files generate.
+//! `.proto` files generate. The two messages that carry a password or a token have a `Debug`
+//! written here that hides them.
 
 #![allow(
     missing_docs,
@@ -19,4 +20,26 @@ pub(crate) mod mvccpb {
 
 pub(crate) mod etcdserverpb {
     include!("api/etcdserverpb.rs");
+
+    // The messages that carry a password or a token show neither.
+
+    impl std::fmt::Debug for AuthenticateRequest {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(
+                f,
+                "AuthenticateRequest {{ name: {:?}, password: *** }}",
+                self.name
+            )
+        }
+    }
+
+    impl std::fmt::Debug for AuthenticateResponse {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(
+                f,
+                "AuthenticateResponse {{ header: {:?}, token: *** }}",
+                self.header
+            )
+        }
+    }
 }

@@ -89,8 +89,10 @@ impl Auth {
             .authenticate(request)
             .await?
             .into_inner();
-        let value = AsciiMetadataValue::try_from(answer.token)
+        let mut value = AsciiMetadataValue::try_from(answer.token)
             .map_err(|_| Status::internal("the cluster answered a token that is not ASCII"))?;
+        // Kept out of HTTP/2 header compression, and shown as "Sensitive" by `Debug`.
+        value.set_sensitive(true);
         let mut slot = self
             .token
             .lock()
@@ -139,4 +141,44 @@ pub(crate) fn refusal(status: &Status) -> Option<&'static str> {
         return None;
     };
     Some(reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::api::etcdserverpb::{AuthenticateRequest, AuthenticateResponse};
+    use super::*;
+
+    #[test]
+    fn the_messages_that_carry_secrets_show_none() {
+        let request = AuthenticateRequest {
+            name: "app".to_owned(),
+            password: "s3cret".to_owned(),
+        };
+        let shown = format!("{request:?}");
+        assert!(
+            shown.contains("app") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        let answer = AuthenticateResponse {
+            header: None,
+            token: "tok3n".to_owned(),
+        };
+        assert!(!format!("{answer:?}").contains("tok3n"));
+    }
+
+    #[test]
+    fn refusals_say_what_to_change() {
+        let wrong = Status::invalid_argument(
+            "etcdserver: authentication failed, invalid user ID or password",
+        );
+        assert!(refusal(&wrong).is_some_and(|why| why.contains("password")));
+        assert!(!token_refused(&wrong));
+        let expired = Status::unauthenticated("etcdserver: invalid auth token");
+        assert!(token_refused(&expired));
+        let old = Status::invalid_argument("etcdserver: revision of auth store is old");
+        assert!(token_refused(&old));
+        let denied = Status::permission_denied("etcdserver: permission denied");
+        assert!(refusal(&denied).is_some_and(|why| why.contains("grant-permission")));
+        assert!(refusal(&Status::unavailable("connection refused")).is_none());
+    }
 }

@@ -306,37 +306,70 @@ impl Rpc {
     /// # Errors
     /// The stream's failure; a watch the server refuses fails with `Status::permission_denied`
     /// (etcd answers a watch of keys the user may not read as created and cancelled at once,
-    /// as it does a watch with a token it no longer takes); a stream that ends or answers
-    /// something else first fails with `Status::unavailable`.
+    /// as it does a watch whose token it no longer takes: a count-only read of the key with
+    /// the same token tells the two apart, and only the second takes a new token); a stream
+    /// that ends or answers something else first fails with `Status::unavailable`.
     pub(crate) async fn watch(
         &self,
         first: WatchRequest,
     ) -> Answer<(Requests<WatchRequest>, Streaming<WatchResponse>)> {
-        let again = |status: &Status| {
-            auth::token_refused(status) || status.code() == tonic::Code::PermissionDenied
+        let Some(auth) = &self.auth else {
+            return self.open_watch(first, None).await;
         };
-        self.authorized(first, again, |first, token| {
-            let mut client = WatchClient::new(self.channel.clone());
-            async move {
-                let (sender, messages) = requests(first);
-                let mut answers = client
-                    .watch(ask(messages, token.as_ref()))
-                    .await?
-                    .into_inner();
-                match answers.message().await? {
-                    Some(answer) if answer.created && !answer.canceled => Ok((sender, answers)),
-                    Some(answer) if answer.cancel_reason.contains("permission denied") => {
-                        Err(Status::permission_denied(answer.cancel_reason))
-                    }
-                    Some(answer) => Err(Status::unavailable(format!(
-                        "the server answered a new watch with no creation (cancelled: {}, {})",
-                        answer.canceled, answer.cancel_reason
-                    ))),
-                    None => Err(Status::unavailable("the watch stream ended at once")),
-                }
+        let token = auth.token(&self.channel).await?;
+        match self.open_watch(first.clone(), Some(&token)).await {
+            Err(status)
+                if auth::token_refused(&status)
+                    || (status.code() == tonic::Code::PermissionDenied
+                        && self.token_refused_for(&first, &token).await) =>
+            {
+                let token = auth.renew(&self.channel, Some(token.generation())).await?;
+                self.open_watch(first, Some(&token)).await
             }
-        })
-        .await
+            answer => answer,
+        }
+    }
+
+    async fn open_watch(
+        &self,
+        first: WatchRequest,
+        token: Option<&Token>,
+    ) -> Answer<(Requests<WatchRequest>, Streaming<WatchResponse>)> {
+        let (sender, messages) = requests(first);
+        let mut answers = WatchClient::new(self.channel.clone())
+            .watch(ask(messages, token))
+            .await?
+            .into_inner();
+        match answers.message().await? {
+            Some(answer) if answer.created && !answer.canceled => Ok((sender, answers)),
+            Some(answer) if answer.cancel_reason.contains("permission denied") => {
+                Err(Status::permission_denied(answer.cancel_reason))
+            }
+            Some(answer) => Err(Status::unavailable(format!(
+                "the server answered a new watch with no creation (cancelled: {}, {})",
+                answer.canceled, answer.cancel_reason
+            ))),
+            None => Err(Status::unavailable("the watch stream ended at once")),
+        }
+    }
+
+    /// True when the cluster refuses `token` itself for a count-only read of the key `watch`
+    /// sets up (rather than the user's right to read it).
+    async fn token_refused_for(&self, watch: &WatchRequest, token: &Token) -> bool {
+        let Some(watch_request::RequestUnion::CreateRequest(create)) = &watch.request_union else {
+            return false;
+        };
+        let read = RangeRequest {
+            key: create.key.clone(),
+            count_only: true,
+            ..RangeRequest::default()
+        };
+        matches!(
+            KvClient::new(self.channel.clone())
+                .range(ask(read, Some(token)))
+                .await,
+            Err(status) if auth::token_refused(&status)
+        )
     }
 }
 

@@ -507,6 +507,7 @@ pub struct LeaseKeepAliveResponse {
     pub ttl: i64,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[prost(skip_debug)]
 pub struct AuthenticateRequest {
     #[prost(string, tag = "1")]
     pub name: ::prost::alloc::string::String,
@@ -514,6 +515,7 @@ pub struct AuthenticateRequest {
     pub password: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+#[prost(skip_debug)]
 pub struct AuthenticateResponse {
     #[prost(message, optional, tag = "1")]
     pub header: ::core::option::Option<ResponseHeader>,
