@@ -11,6 +11,8 @@ use std::time::Duration;
 use distlock::conformance::{Target, servers};
 use tokio::time::timeout;
 
+use crate::common::with_option;
+
 /// How long one step may take on a loaded machine.
 const STEP: Duration = Duration::from_secs(30);
 
@@ -28,19 +30,6 @@ fn as_user(url: &str, user_info: &str) -> String {
         "" => format!("{scheme}://{rest}"),
         _ => format!("{scheme}://{user_info}@{rest}"),
     }
-}
-
-/// `url` with its `key=value` option replaced by `pair` (or removed when `pair` is empty).
-fn with_option(url: &str, key: &str, pair: &str) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut pairs: Vec<&str> = query
-        .split('&')
-        .filter(|p| !p.is_empty() && !p.starts_with(&format!("{key}=")))
-        .collect();
-    if !pair.is_empty() {
-        pairs.push(pair);
-    }
-    format!("{base}?{}", pairs.join("&"))
 }
 
 /// The value of `url`'s option `key`.

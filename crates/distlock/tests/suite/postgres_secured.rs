@@ -8,6 +8,8 @@ use std::time::Duration;
 use distlock::conformance::{Target, servers};
 use tokio::time::timeout;
 
+use crate::common::with_option;
+
 /// How long one step may take on a loaded machine.
 const STEP: Duration = Duration::from_secs(30);
 
@@ -20,19 +22,6 @@ distlock::conformance_suite!(
     postgres_secured_table,
     Target::new(servers::with_query(&secured(), "mode=table"))
 );
-
-/// `url` with its `key=value` option replaced by `pair` (or removed when `pair` is empty).
-fn with_option(url: &str, key: &str, pair: &str) -> String {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut pairs: Vec<&str> = query
-        .split('&')
-        .filter(|p| !p.is_empty() && !p.starts_with(&format!("{key}=")))
-        .collect();
-    if !pair.is_empty() {
-        pairs.push(pair);
-    }
-    format!("{base}?{}", pairs.join("&"))
-}
 
 /// The error of connecting to `url`, which must fail within a step.
 async fn refused(url: &str) -> distlock::Error {

@@ -22,6 +22,19 @@ pub async fn hold(locks: &distlock::Locks, name: &str) -> distlock::Guard {
         .unwrap_or_else(|e| panic!("acquire {name:?}: {e}"))
 }
 
+/// `url` with its `key=value` option replaced by `pair` (or removed when `pair` is empty).
+pub fn with_option(url: &str, key: &str, pair: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut pairs: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with(&format!("{key}=")))
+        .collect();
+    if !pair.is_empty() {
+        pairs.push(pair);
+    }
+    format!("{base}?{}", pairs.join("&"))
+}
+
 /// A name no other test run uses.
 pub fn item(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
