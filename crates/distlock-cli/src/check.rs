@@ -174,8 +174,13 @@ impl Spawner<'_> {
         if let Some(addr) = worker_metrics_addr(args.metrics.metrics_addr, id) {
             command.arg("--metrics-addr").arg(addr.to_string());
         }
+        // The URL in the worker's environment, off its command line.
+        crate::workers::own_worker_args(
+            command.as_std_mut(),
+            &["--backend".to_owned(), backend.clone()],
+        );
         let child = command
-            .args(["--backend", &backend, "--name", &self.name])
+            .args(["--name", &self.name])
             .arg("--store")
             .arg(&self.store_path)
             .arg("--log")

@@ -255,7 +255,7 @@ impl Durability {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// The backend URL, e.g. sqlite:///tmp/bench.db.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_BACKEND", hide_env_values = true)]
     pub backend: String,
     /// Worker processes contending for one lock.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -332,7 +332,7 @@ pub struct BenchArgs {
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     /// The backend URL, e.g. redis://127.0.0.1:6379/.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_BACKEND", hide_env_values = true)]
     pub backend: String,
     /// Seconds to run at most.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -415,7 +415,7 @@ impl CheckFault {
 
 #[derive(Debug, Args)]
 pub struct CheckWorkerArgs {
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_BACKEND", hide_env_values = true)]
     pub backend: String,
     #[arg(long)]
     pub name: String,
@@ -508,7 +508,7 @@ pub struct LockArgs {
 #[derive(Debug, Args)]
 pub struct HoldArgs {
     /// The backend URL.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_BACKEND", hide_env_values = true)]
     pub backend: String,
     /// The lock name.
     #[arg(long)]

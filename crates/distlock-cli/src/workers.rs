@@ -15,6 +15,41 @@ use crate::failure::{CliResult, Failure};
 /// How long a worker may take to start and connect.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The flags of this binary's worker subcommands that carry a URL, and the environment
+/// variable each is passed in instead: a process's command line is readable by every user of
+/// the machine (`ps`, `/proc/PID/cmdline`), its environment only by its own user and root.
+/// The worker subcommands read each flag from its variable.
+pub const URL_FLAGS: &[(&str, &str)] = &[
+    ("--backend", "DISTLOCK_BACKEND"),
+    ("--lock-url", "DISTLOCK_LOCK_URL"),
+    ("--store-url", "DISTLOCK_STORE_URL"),
+    ("--store", "DISTLOCK_STORE"),
+];
+
+/// Gives `args` to a worker of this binary: the value of each flag of [`URL_FLAGS`] in its
+/// environment variable, the rest as arguments. A variable whose flag is not given is
+/// removed, so that the worker does not take one from this process's environment.
+pub fn own_worker_args(command: &mut std::process::Command, args: &[String]) {
+    let mut given = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match URL_FLAGS.iter().find(|(flag, _)| flag == arg) {
+            Some((_, variable)) => {
+                command.env(variable, args.next().map_or("", String::as_str));
+                given.push(*variable);
+            }
+            None => {
+                command.arg(arg);
+            }
+        }
+    }
+    for (_, variable) in URL_FLAGS {
+        if !given.contains(variable) {
+            command.env_remove(variable);
+        }
+    }
+}
+
 pub struct Fleet {
     workers: Vec<Worker>,
 }
@@ -27,23 +62,39 @@ struct Worker {
 
 impl Fleet {
     /// Starts one worker (this binary) per argument list and waits until every one is ready.
+    /// Their URLs go in their environment ([`own_worker_args`]).
     pub async fn start(argument_lists: Vec<Vec<String>>) -> CliResult<Self> {
         let exe = std::env::current_exe()
             .map_err(|e| Failure::failed(format!("cannot find the distlock binary: {e}")))?;
-        Self::start_program(&exe.to_string_lossy(), &[], argument_lists).await
+        Self::spawn(&exe.to_string_lossy(), &[], argument_lists, true).await
     }
 
-    /// As [`Fleet::start`], running `program` with `leading` arguments before each list.
+    /// As [`Fleet::start`], running `program` with `leading` arguments before each list, every
+    /// argument on its command line (another program reads its URL there).
     pub async fn start_program(
         program: &str,
         leading: &[String],
         argument_lists: Vec<Vec<String>>,
     ) -> CliResult<Self> {
+        Self::spawn(program, leading, argument_lists, false).await
+    }
+
+    async fn spawn(
+        program: &str,
+        leading: &[String],
+        argument_lists: Vec<Vec<String>>,
+        own: bool,
+    ) -> CliResult<Self> {
         let mut workers = Vec::with_capacity(argument_lists.len());
         for args in argument_lists {
-            let mut child = Command::new(program)
-                .args(leading)
-                .args(&args)
+            let mut command = Command::new(program);
+            command.args(leading);
+            if own {
+                own_worker_args(command.as_std_mut(), &args);
+            } else {
+                command.args(&args);
+            }
+            let mut child = command
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::inherit())
@@ -146,5 +197,49 @@ pub async fn spend(hold: Duration) {
     let rest = end.saturating_duration_since(tokio::time::Instant::now());
     if !rest.is_zero() {
         tokio::task::block_in_place(|| std::thread::sleep(rest));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Security: a worker of this binary gets its URLs in its environment, never on its
+    /// command line, which every user of the machine can read.
+    #[test]
+    fn own_workers_get_their_urls_in_the_environment() {
+        let secret = "redis://app:s3cret@127.0.0.1:1/";
+        let args: Vec<String> = [
+            "bench-worker",
+            "--backend",
+            secret,
+            "--name",
+            "x",
+            "--store-url",
+            "postgres://u:pw2@h/db",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let mut command = std::process::Command::new("distlock");
+        own_worker_args(&mut command, &args);
+        let argv: Vec<_> = command.get_args().map(|a| a.to_string_lossy()).collect();
+        assert_eq!(argv, ["bench-worker", "--name", "x"]);
+        let envs: Vec<(String, Option<String>)> = command
+            .get_envs()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.map(|v| v.to_string_lossy().into_owned()),
+                )
+            })
+            .collect();
+        assert!(envs.contains(&("DISTLOCK_BACKEND".into(), Some(secret.into()))));
+        assert!(envs.contains(&(
+            "DISTLOCK_STORE_URL".into(),
+            Some("postgres://u:pw2@h/db".into())
+        )));
+        // A flag not given: its variable is removed, not inherited.
+        assert!(envs.contains(&("DISTLOCK_LOCK_URL".into(), None)));
+        assert!(envs.contains(&("DISTLOCK_STORE".into(), None)));
     }
 }

@@ -17,7 +17,7 @@ use crate::workers::{self, Fleet};
 /// The hidden `bench-worker` subcommand's arguments.
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_BACKEND", hide_env_values = true)]
     backend: String,
     #[arg(long)]
     name: String,

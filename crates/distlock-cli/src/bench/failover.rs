@@ -41,8 +41,11 @@ impl Drop for Leader {
 async fn spawn_leader(url: &str, name: &str, lease_ms: u64) -> CliResult<(Leader, u64)> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::failed(format!("cannot find this program to start a leader: {e}")))?;
-    let mut child = Command::new(exe)
-        .args(["hold", "--kind", "leader", "--backend", url, "--name", name])
+    let mut command = Command::new(exe);
+    // The URL in the leader's environment, off its command line.
+    crate::workers::own_worker_args(&mut command, &["--backend".to_owned(), url.to_owned()]);
+    let mut child = command
+        .args(["hold", "--kind", "leader", "--name", name])
         .args(["--lease-ms", &lease_ms.to_string(), "--max-ms", "120000"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -21,7 +21,7 @@ pub struct WorkerArgs {
     #[arg(long, value_enum)]
     strategy: Strategy,
     /// The distlock backend of a locking strategy.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_LOCK_URL", hide_env_values = true)]
     lock_url: Option<String>,
     #[arg(long)]
     orders: u64,
@@ -30,7 +30,7 @@ pub struct WorkerArgs {
     #[arg(long)]
     hold_ms: u64,
     /// The PostgreSQL or MySQL database of a database strategy's stock.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_STORE_URL", hide_env_values = true)]
     store_url: Option<String>,
     /// The item whose stock this run sells.
     #[arg(long, default_value = ITEM)]

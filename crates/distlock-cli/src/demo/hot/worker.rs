@@ -18,13 +18,13 @@ use crate::workers;
 #[derive(Debug, Args)]
 pub struct HotWorkerArgs {
     /// The lock backend; none means the store's atomic step.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_LOCK_URL", hide_env_values = true)]
     lock_url: Option<String>,
     /// The kind of store `--store` names.
     #[arg(long, value_enum)]
     database: Database,
     /// The store's URL, or the path of an SQLite stock file.
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_STORE", hide_env_values = true)]
     store: String,
     #[arg(long)]
     item: String,
