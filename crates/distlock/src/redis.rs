@@ -181,6 +181,26 @@ pub(crate) fn refused(operation: &'static str, error: &redis::RedisError) -> Opt
     Some(Error::not_authorized(SCHEME, operation, reason))
 }
 
+/// [`Error::NotAuthorized`] for a sentinel's refusal of the login distlock gives the sentinels
+/// (`sentinel_user=`, `sentinel_password=`), which is not the master's (the URL's user info).
+pub(crate) fn sentinel_refused(error: &redis::RedisError) -> Error {
+    let reason = match error.code().unwrap_or_default() {
+        "NOAUTH" => "the sentinels require a password of their own (NOAUTH): give it as \
+                     ?sentinel_password=... (and ?sentinel_user=... for a user other than \
+                     default); the URL's user info is the master's login"
+            .to_owned(),
+        "NOPERM" => format!(
+            "the sentinels' ACL does not let sentinel_user= run a command distlock asks of them \
+             (NOPERM: {}): grant it SENTINEL, ROLE and PING",
+            error.detail().unwrap_or("no detail")
+        ),
+        _ => "a sentinel refused sentinel_user= and sentinel_password= (WRONGPASS): check them; \
+              the URL's user info is the master's login, not the sentinels'"
+            .to_owned(),
+    };
+    Error::not_authorized(SCHEME, "connect", reason)
+}
+
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }

@@ -168,17 +168,35 @@ const FAIR: UrlOption = UrlOption {
     meaning: "serve waiters in arrival order (true, the default) or first to ask",
 };
 
+const SPIN: UrlOption = UrlOption {
+    key: "spin",
+    values: "true|false",
+    meaning: "waiters poll with backoff instead of waiting for pub/sub (false)",
+};
+
 const REDIS_OPTIONS: &[UrlOption] = &[
     FAIR,
-    UrlOption {
-        key: "spin",
-        values: "true|false",
-        meaning: "waiters poll with backoff instead of waiting for pub/sub (false)",
-    },
+    SPIN,
     UrlOption {
         key: "ca",
         values: "PATH",
         meaning: "the PEM file of the certificate authority a TLS server is checked against",
+    },
+];
+
+const REDIS_SENTINEL_OPTIONS: &[UrlOption] = &[
+    FAIR,
+    SPIN,
+    UrlOption {
+        key: "sentinel_user",
+        values: "NAME",
+        meaning: "the user distlock logs in to the sentinels as (default; the URL's user info \
+                  is the master's)",
+    },
+    UrlOption {
+        key: "sentinel_password",
+        values: "SECRET",
+        meaning: "the sentinels' own password (none), percent-encoded; never shown",
     },
 ];
 
@@ -431,7 +449,7 @@ pub const SCHEMES: &[Scheme] = &[
         kind: BackendKind::Redis,
         feature: Some("redis"),
         example: "redis+sentinel://s1:26379,s2:26379/mymaster",
-        options: REDIS_OPTIONS,
+        options: REDIS_SENTINEL_OPTIONS,
         driver_options: REDIS_DRIVER,
         process_local: false,
         session_lease: None,

@@ -54,6 +54,24 @@ pub const REDIS_ACL: Server = Server {
     default: "redis://distlock:distlock-pw@127.0.0.1:6391/",
 };
 
+/// A Sentinel group whose master and replica require the users of
+/// `scripts/redis-acl.conf` and whose sentinels require a password of their own
+/// (`scripts/redis-deployment sentinel-acl`): its URL logs in to the master as the
+/// administrator (`distlock`) and to the sentinels with `sentinel_password=`.
+pub const REDIS_SENTINEL_ACL: Server = Server {
+    what: "the Redis Sentinel group that requires passwords",
+    variable: "DISTLOCK_REDIS_SENTINEL_ACL_URL",
+    default: "redis+sentinel://distlock:distlock-pw@127.0.0.1:6422,127.0.0.1:6423,127.0.0.1:6424/distlock?sentinel_password=sentinel-pw",
+};
+
+/// A 3-master Cluster whose nodes require the users of `scripts/redis-acl.conf`
+/// (`scripts/redis-deployment cluster-acl`): its URL is the administrator's (`distlock`).
+pub const REDIS_CLUSTER_ACL: Server = Server {
+    what: "the Redis Cluster that requires a password",
+    variable: "DISTLOCK_REDIS_CLUSTER_ACL_URL",
+    default: "redis+cluster://distlock:distlock-pw@127.0.0.1:7010,127.0.0.1:7011,127.0.0.1:7012/",
+};
+
 /// Three independent Redis masters, for Redlock.
 pub const REDLOCK: Server = Server {
     what: "the Redlock masters",
@@ -152,6 +170,8 @@ pub const ALL: &[Server] = &[
     REDIS_CLUSTER,
     REDIS_TLS,
     REDIS_ACL,
+    REDIS_SENTINEL_ACL,
+    REDIS_CLUSTER_ACL,
     REDLOCK,
     REDLOCK_TLS,
     ZOOKEEPER,

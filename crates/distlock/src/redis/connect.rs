@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 
 use redis::cluster::ClusterClientBuilder;
 
-use super::deployment::{self, Commands, Deployment, Following, Options};
+use super::deployment::{self, Commands, Deployment, Following, Login, Options};
 use super::hub::{ReleaseHub, Source};
 use super::scripts::Scripts;
 use super::{RedisBackend, backend_error};
@@ -16,8 +16,9 @@ impl RedisBackend {
     /// `redis+sentinel://` or `redis+cluster://` URL names.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a URL that cannot be parsed; [`Error::Backend`] when the
-    /// servers cannot be reached.
+    /// [`Error::InvalidInput`] for a URL that cannot be parsed; [`Error::NotAuthorized`] when a
+    /// server (or a sentinel) refused the URL's login, or the user may not run what the lock
+    /// needs; [`Error::Backend`] when the servers cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
         let target = deployment::parse(url)?;
         if target.scheme == "rediss" {
@@ -30,14 +31,19 @@ impl RedisBackend {
                 sentinels,
                 service,
                 db,
-                username,
-                password,
-            } => sentinel(Following::new(sentinels, &service, db, username, password)?).await?,
-            Deployment::Cluster {
-                nodes,
-                username,
-                password,
-            } => cluster(nodes, username, password).await?,
+                login,
+                sentinel_login,
+            } => {
+                sentinel(Following::new(
+                    sentinels,
+                    &service,
+                    db,
+                    &login,
+                    &sentinel_login,
+                )?)
+                .await?
+            }
+            Deployment::Cluster { nodes, login } => cluster(nodes, &login).await?,
         };
         let scheme = if target.options.spin && target.scheme == "redis" {
             "redis+spin"
@@ -159,24 +165,26 @@ async fn standalone(url: &str, options: &Options) -> Result<(Commands, Source)> 
     Ok((connection, Source::Server(Box::new(client))))
 }
 
-/// The master a Sentinel group names, found now so that a wrong address fails here.
+/// The master a Sentinel group names, found now so that a wrong address or login fails here;
+/// a refused login says whether the sentinels or the master refused it.
 async fn sentinel(following: Following) -> Result<(Commands, Source)> {
     let mut connection = Commands::Sentinel(following.clone());
-    let _: String = redis::cmd("PING")
-        .query_async(&mut connection)
-        .await
-        .map_err(backend_error("connect"))?;
+    let answer: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut connection).await;
+    if let Err(error) = answer {
+        if super::refused("connect", &error).is_some()
+            && let Some(refusal) = following.sentinel_refusal().await
+        {
+            return Err(super::sentinel_refused(&refusal));
+        }
+        return Err(backend_error("connect")(error));
+    }
     Ok((connection, Source::Sentinel(following)))
 }
 
 /// A Cluster, over RESP3 so that sharded pub/sub messages arrive as pushes.
-async fn cluster(
-    nodes: Vec<String>,
-    username: Option<String>,
-    password: Option<String>,
-) -> Result<(Commands, Source)> {
+async fn cluster(nodes: Vec<String>, login: &Login) -> Result<(Commands, Source)> {
     let (pushes, receiver) = tokio::sync::mpsc::unbounded_channel();
-    let mut builder = ClusterClientBuilder::new(nodes)
+    let mut builder = ClusterClientBuilder::new(nodes.clone())
         .use_protocol(redis::ProtocolVersion::RESP3)
         .push_sender(pushes)
         .tcp_settings(deployment::tcp_settings())
@@ -185,21 +193,41 @@ async fn cluster(
         // At most once: a request whose reply was lost is not sent again (it may have run);
         // `deployment::cluster_command` resends only refused ones.
         .retries(0);
-    if let Some(username) = username {
-        builder = builder.username(username);
+    if let Some(user) = &login.user {
+        builder = builder.username(user.clone());
     }
-    if let Some(password) = password {
-        builder = builder.password(password);
+    if let Some(password) = &login.password {
+        builder = builder.password(password.clone());
     }
-    let connection = builder
+    let connection = match builder
         .build()
         .map_err(|e| Error::invalid("URL", e.to_string()))?
         .get_async_connection()
         .await
-        .map_err(backend_error("connect"))?;
+    {
+        Ok(connection) => connection,
+        // The cluster client reports a node's refusal as text in an I/O error: ask a node
+        // directly for the refusal's code.
+        Err(error) => match node_refusal(&nodes, login).await {
+            Some(refusal) => return Err(backend_error("connect")(refusal)),
+            None => return Err(backend_error("connect")(error)),
+        },
+    };
     let source = Source::Cluster {
         connection: connection.clone(),
         pushes: StdMutex::new(Some(receiver)),
     };
     Ok((Commands::Cluster(connection), source))
+}
+
+/// The refusal of the first Cluster node that refuses `login`, if one does.
+async fn node_refusal(nodes: &[String], login: &Login) -> Option<redis::RedisError> {
+    let infos = nodes
+        .iter()
+        .filter_map(|node| {
+            let info = redis::IntoConnectionInfo::into_connection_info(node.as_str()).ok()?;
+            Some(info.set_redis_settings(login.apply(redis::RedisConnectionInfo::default())))
+        })
+        .collect();
+    deployment::first_refusal(infos).await
 }

@@ -35,21 +35,47 @@ pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
 pub(super) enum Deployment {
     /// One server: the URL the `redis` crate reads (`redis://...`).
     Standalone(String),
-    /// A Sentinel group: the sentinels' URLs, the monitored service's name, and the master's
-    /// database, user name and password.
+    /// A Sentinel group: the sentinels' URLs, the monitored service's name, the master's
+    /// database and login, and the sentinels' own login.
     Sentinel {
         sentinels: Vec<String>,
         service: String,
         db: i64,
-        username: Option<String>,
-        password: Option<String>,
+        login: Login,
+        sentinel_login: Login,
     },
-    /// A Cluster: some of its nodes' URLs (the rest are discovered).
-    Cluster {
-        nodes: Vec<String>,
-        username: Option<String>,
-        password: Option<String>,
-    },
+    /// A Cluster: some of its nodes' URLs (the rest are discovered), and the nodes' login.
+    Cluster { nodes: Vec<String>, login: Login },
+}
+
+/// What a client logs in with: a user (the server's `default` when none) and a password
+/// (none: no login), percent-decoded. Its `Debug` never shows the password.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub(crate) struct Login {
+    pub user: Option<String>,
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Login")
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl Login {
+    /// `info` logging in as this says.
+    pub(crate) fn apply(&self, mut info: redis::RedisConnectionInfo) -> redis::RedisConnectionInfo {
+        if let Some(user) = &self.user {
+            info = info.set_username(user);
+        }
+        if let Some(password) = &self.password {
+            info = info.set_password(password);
+        }
+        info
+    }
 }
 
 /// distlock's own URL options, taken out of the query before the rest reaches the `redis` crate.
@@ -59,6 +85,8 @@ pub(super) struct Options {
     pub spin: bool,
     /// A PEM file of the CA that signed the server's certificate (`rediss://` only).
     pub ca: Option<String>,
+    /// The sentinels' own login (`sentinel_user=`, `sentinel_password=`; Sentinel only).
+    pub sentinel_login: Login,
 }
 
 /// What one URL says.
@@ -71,7 +99,8 @@ pub(super) struct Target {
 
 const URL_FORMS: &str = "write redis://[user:password@]host[:port][/db], \
      rediss://[user:password@]host[:port][/db][?ca=/path/ca.pem], \
-     redis+sentinel://[user:password@]host:port[,host:port...]/service[/db] or \
+     redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]\
+     [?sentinel_password=...] or \
      redis+cluster://[user:password@]host:port[,host:port...]/";
 
 fn bad_url(reason: impl std::fmt::Display) -> Error {
@@ -86,32 +115,57 @@ pub(super) fn take_options(url: &str) -> Result<(String, Options)> {
         Some("") => return Err(Error::invalid("URL", "ca= needs the path of a PEM file")),
         other => other.map(str::to_owned),
     };
+    let sentinel_login = Login {
+        user: query.get("sentinel_user").map(crate::percent::decoded),
+        password: query.get("sentinel_password").map(crate::percent::decoded),
+    };
+    if sentinel_login.user.is_some() && sentinel_login.password.is_none() {
+        return Err(Error::invalid(
+            "URL",
+            "sentinel_user= needs sentinel_password=: a sentinel logs a user in with its password",
+        ));
+    }
+    if [&sentinel_login.user, &sentinel_login.password]
+        .iter()
+        .any(|given| given.as_deref() == Some(""))
+    {
+        return Err(Error::invalid(
+            "URL",
+            "sentinel_user= and sentinel_password= need a value",
+        ));
+    }
     let options = Options {
         fair: query.flag("fair")?,
         spin: query.flag("spin")?.unwrap_or(false),
         ca,
+        sentinel_login,
     };
     Ok((query.driver_url(base), options))
 }
 
-/// Splits `[user:password@]hosts[/path]` into its credentials, host list and path.
-fn split_authority(rest: &str) -> (Option<String>, Option<String>, &str, &str) {
+/// Splits `[user:password@]hosts[/path]` into its login (percent-decoded, as the driver
+/// decodes a standalone server's), host list and path.
+fn split_authority(rest: &str) -> (Login, &str, &str) {
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let (credentials, hosts) = match authority.rsplit_once('@') {
         Some((credentials, hosts)) => (Some(credentials), hosts),
         None => (None, authority),
     };
-    let (username, password) = match credentials {
-        None => (None, None),
+    let decoded = |text: &str| Some(crate::percent::decoded(text)).filter(|t| !t.is_empty());
+    let login = match credentials {
+        None => Login::default(),
         Some(c) => match c.split_once(':') {
-            Some((user, password)) => (
-                Some(user.to_owned()).filter(|u| !u.is_empty()),
-                Some(password.to_owned()),
-            ),
-            None => (Some(c.to_owned()).filter(|u| !u.is_empty()), None),
+            Some((user, password)) => Login {
+                user: decoded(user),
+                password: Some(crate::percent::decoded(password)),
+            },
+            None => Login {
+                user: decoded(c),
+                password: None,
+            },
         },
     };
-    (username, password, hosts, path)
+    (login, hosts, path)
 }
 
 /// `host:port,host:port` → `redis://host:port` each.
@@ -158,7 +212,7 @@ pub(super) fn parse(url: &str) -> Result<Target> {
             )
         }
         "redis+sentinel" => {
-            let (username, password, hosts, path) = split_authority(rest);
+            let (login, hosts, path) = split_authority(rest);
             let mut parts = path.split('/').filter(|p| !p.is_empty());
             let service = parts
                 .next()
@@ -177,27 +231,20 @@ pub(super) fn parse(url: &str) -> Result<Target> {
                     sentinels,
                     service,
                     db,
-                    username,
-                    password,
+                    login,
+                    sentinel_login: std::mem::take(&mut options.sentinel_login),
                 },
             )
         }
         "redis+cluster" => {
-            let (username, password, hosts, path) = split_authority(rest);
+            let (login, hosts, path) = split_authority(rest);
             if !path.is_empty() && path != "0" {
                 return Err(bad_url(format!(
                     "a Cluster has only database 0, not {path:?}"
                 )));
             }
             let nodes = host_list(hosts, "cluster node")?;
-            (
-                "redis+cluster",
-                Deployment::Cluster {
-                    nodes,
-                    username,
-                    password,
-                },
-            )
+            ("redis+cluster", Deployment::Cluster { nodes, login })
         }
         other => return Err(bad_url(format!("{other:?} is not a Redis scheme"))),
     };
@@ -321,6 +368,34 @@ fn cluster_pause(attempt: u32) -> Duration {
     Duration::from_millis(10 << attempt.min(5))
 }
 
+/// The refusal (`NOAUTH`, `WRONGPASS`, `NOPERM`) of the first of `servers` that refuses a
+/// `PING` from a client logged in as its connection info says, if one does. The Sentinel and
+/// Cluster clients report a refused login without its code (as text, or as a failure of the
+/// whole deployment): this asks the servers directly which login was refused.
+pub(crate) async fn first_refusal(
+    servers: Vec<redis::ConnectionInfo>,
+) -> Option<redis::RedisError> {
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT));
+    for info in servers {
+        let answer: redis::RedisResult<String> = async {
+            let client = redis::Client::open(info)?;
+            let mut connection = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            redis::cmd("PING").query_async(&mut connection).await
+        }
+        .await;
+        if let Err(error) = answer
+            && super::refused("connect", &error).is_some()
+        {
+            return Some(error);
+        }
+    }
+    None
+}
+
 /// Opens the command connection of a standalone server.
 pub(super) async fn standalone(client: &redis::Client) -> redis::RedisResult<Commands> {
     // Fail fast on a server that is not there; reconnects later retry with backoff.
@@ -400,7 +475,7 @@ mod tests {
                     Options {
                         fair,
                         spin,
-                        ca: None
+                        ..Options::default()
                     }
                 ),
                 "{url}"
@@ -427,9 +502,40 @@ mod tests {
                 sentinels: vec!["redis://a:1".into(), "redis://b:2".into()],
                 service: "svc".into(),
                 db: 3,
-                username: None,
-                password: Some("pw".into()),
+                login: Login {
+                    user: None,
+                    password: Some("pw".into()),
+                },
+                sentinel_login: Login::default(),
             }
+        );
+        let target = parse(
+            "redis+sentinel://app:p%40ss@a:1/svc?sentinel_user=watch&sentinel_password=s%26pw",
+        )
+        .unwrap();
+        let Deployment::Sentinel {
+            login,
+            sentinel_login,
+            ..
+        } = &target.deployment
+        else {
+            panic!("not a Sentinel deployment: {target:?}");
+        };
+        assert_eq!(
+            (login.user.as_deref(), login.password.as_deref()),
+            (Some("app"), Some("p@ss"))
+        );
+        assert_eq!(
+            (
+                sentinel_login.user.as_deref(),
+                sentinel_login.password.as_deref()
+            ),
+            (Some("watch"), Some("s&pw"))
+        );
+        let shown = format!("{target:?}");
+        assert!(
+            !shown.contains("p@ss") && !shown.contains("s&pw"),
+            "{shown}"
         );
         let target = parse("redis+cluster://a:1,b:2/?spin=true").unwrap();
         assert!(target.options.spin);
@@ -437,8 +543,7 @@ mod tests {
             target.deployment,
             Deployment::Cluster {
                 nodes: vec!["redis://a:1".into(), "redis://b:2".into()],
-                username: None,
-                password: None,
+                login: Login::default(),
             }
         );
         let target = parse("rediss://h:1/?ca=/etc/ca.pem&fair=false").unwrap();
@@ -463,6 +568,10 @@ mod tests {
             "redis+spin://h/?fair=true",
             "redis://h/?ca=/tmp/ca.pem",
             "rediss://h/?ca=",
+            "redis://h/?sentinel_password=x",
+            "redis+cluster://h:1/?sentinel_password=x",
+            "redis+sentinel://a:1/svc?sentinel_user=watch",
+            "redis+sentinel://a:1/svc?sentinel_password=",
         ] {
             let err = parse(bad).unwrap_err();
             assert!(err.is_invalid_input(), "{bad}: {err}");

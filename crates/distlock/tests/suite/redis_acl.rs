@@ -1,8 +1,10 @@
 //! Redis that requires a password, with the users of `scripts/redis-acl.conf` (started by
-//! `scripts/test`): the conformance suite as `app`, a user that may run only the commands
-//! distlock's locks need and touch only keys and channels under `distlock:`; refused
-//! credentials as `Error::NotAuthorized`; and a `tenant` whose key pattern keeps it away from
-//! every lock outside its own names (security: lock state only its owners can change).
+//! `scripts/test`), on a standalone server, a Sentinel group whose sentinels require a password
+//! of their own, and a Cluster: the conformance suite as `app`, a user that may run only the
+//! commands distlock's locks need and touch only keys and channels under `distlock:`; refused
+//! credentials (the master's and the sentinels') as `Error::NotAuthorized`, saying which to
+//! fix; and a `tenant` whose key pattern keeps it away from every lock outside its own names
+//! (security: lock state only its owners can change).
 
 use std::time::Duration;
 
@@ -22,11 +24,52 @@ fn as_user(scheme: &str, user: &str, password: &str) -> String {
     format!("{scheme}://{user}:{password}@{}/", server())
 }
 
+/// The hosts and path of a deployment's URL: what follows its user info, before its query.
+fn hosts_and_path(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.split('?').next().unwrap_or_default();
+    match rest.rsplit_once('@') {
+        Some((_, hosts)) => hosts.to_owned(),
+        None => rest.to_owned(),
+    }
+}
+
+/// The password-protected Sentinel group's URL, logging in to the master as `user:password`
+/// and to the sentinels with `sentinel` (a `sentinel_user=`/`sentinel_password=` query, or
+/// nothing).
+fn sentinel_as(user: &str, password: &str, sentinel: &str) -> String {
+    let url = format!(
+        "redis+sentinel://{user}:{password}@{}",
+        hosts_and_path(&servers::REDIS_SENTINEL_ACL.url())
+    );
+    if sentinel.is_empty() {
+        url
+    } else {
+        format!("{url}?{sentinel}")
+    }
+}
+
+/// The password-protected Cluster's URL as `user:password`.
+fn cluster_as(user: &str, password: &str) -> String {
+    format!(
+        "redis+cluster://{user}:{password}@{}",
+        hosts_and_path(&servers::REDIS_CLUSTER_ACL.url())
+    )
+}
+
+/// The sentinels' password, as the test deployment sets it.
+const SENTINEL_PASSWORD: &str = "sentinel_password=sentinel-pw";
+
 distlock::conformance_suite!(redis_acl, Target::new(as_user("redis", "app", "app-pw")));
 distlock::conformance_suite!(
     redis_acl_spin,
     Target::new(as_user("redis+spin", "app", "app-pw"))
 );
+distlock::conformance_suite!(
+    redis_sentinel_acl,
+    Target::new(sentinel_as("app", "app-pw", SENTINEL_PASSWORD))
+);
+distlock::conformance_suite!(redis_cluster_acl, Target::new(cluster_as("app", "app-pw")));
 
 /// A raw connection of the server as `user:password`.
 async fn raw(user: &str, password: &str) -> redis::aio::MultiplexedConnection {
@@ -61,6 +104,48 @@ async fn refused_credentials_are_not_authorized() {
                 .replacen("://", "://nobody:not-the-pw@", 1),
             "WRONGPASS",
         ),
+        (
+            "a Sentinel master that refuses the password",
+            sentinel_as("app", "not-the-pw", SENTINEL_PASSWORD),
+            "WRONGPASS",
+        ),
+        (
+            "a Sentinel master that refuses the user",
+            sentinel_as("nobody", "not-the-pw", SENTINEL_PASSWORD),
+            "WRONGPASS",
+        ),
+        (
+            "sentinels that require a password none was given for",
+            sentinel_as("app", "app-pw", ""),
+            "sentinel_password=",
+        ),
+        (
+            "sentinels that refuse the password",
+            sentinel_as("app", "app-pw", "sentinel_password=not-the-pw"),
+            "sentinel_user= and sentinel_password=",
+        ),
+        (
+            "sentinels that refuse the user",
+            sentinel_as(
+                "app",
+                "app-pw",
+                "sentinel_user=nobody&sentinel_password=not-the-pw",
+            ),
+            "sentinel_user= and sentinel_password=",
+        ),
+        (
+            "a Cluster that refuses the password",
+            cluster_as("app", "not-the-pw"),
+            "WRONGPASS",
+        ),
+        (
+            "a Cluster that requires a password",
+            format!(
+                "redis+cluster://{}",
+                hosts_and_path(&servers::REDIS_CLUSTER_ACL.url())
+            ),
+            "NOAUTH",
+        ),
     ] {
         let err = timeout(STEP, distlock::connect(&url))
             .await
@@ -71,6 +156,42 @@ async fn refused_credentials_are_not_authorized() {
         let text = err.to_string();
         assert!(text.contains(says), "{what}: {text}");
         assert!(!text.contains("not-the-pw"), "{what}: {text}");
+        assert!(!text.contains("sentinel-pw"), "{what}: {text}");
+    }
+}
+
+/// Security on Sentinel and Cluster too: the `tenant` is refused a lock outside `tenant/`
+/// there as on a standalone server (the same ACL file), and takes its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_reaches_only_its_own_locks_on_sentinel_and_cluster() {
+    let id = uuid::Uuid::new_v4().simple();
+    for url in [
+        sentinel_as("tenant", "tenant-pw", SENTINEL_PASSWORD),
+        cluster_as("tenant", "tenant-pw"),
+    ] {
+        let shown = distlock::redact_url(&url);
+        let tenant = timeout(STEP, distlock::connect(&url))
+            .await
+            .unwrap_or_else(|_| panic!("{shown}: connecting took too long"))
+            .unwrap_or_else(|e| panic!("{shown}: {e}"));
+        let own = format!("tenant/report-{id}");
+        let guard = timeout(STEP, tenant.mutex(own.as_str()).unwrap().acquire())
+            .await
+            .unwrap_or_else(|_| panic!("{shown}: the tenant's own lock took too long"))
+            .unwrap_or_else(|e| panic!("{shown}: {e}"));
+        timeout(STEP, guard.release()).await.unwrap().unwrap();
+        let refused = timeout(
+            STEP,
+            tenant
+                .mutex(format!("stock/iphone-{id}").as_str())
+                .unwrap()
+                .try_acquire(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{shown}: the refused try took too long"))
+        .expect_err("the tenant was let at a lock outside tenant/");
+        assert!(refused.is_not_authorized(), "{shown}: {refused}");
+        assert!(refused.to_string().contains("NOPERM"), "{shown}: {refused}");
     }
 }
 

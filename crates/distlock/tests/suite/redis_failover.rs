@@ -2,6 +2,7 @@
 //! replicates asynchronously, so a master that dies right after a grant can take the grant
 //! with it, and the promoted replica grants the lock again. Two clients then hold it. The
 //! lock cannot prevent that; a resource that checks fencing tokens refuses the stale holder.
+//! And on a group that requires passwords, a client follows the failover with its logins.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,6 +17,10 @@ use crate::common::FencedStock;
 struct OwnSentinelGroup {
     base: u16,
     dir: tempfile::TempDir,
+    /// How redis-cli logs in to the sentinels (nothing, or `-a PASSWORD`).
+    sentinel_login: Vec<&'static str>,
+    /// How redis-cli logs in to the master and the replica.
+    server_login: Vec<&'static str>,
 }
 
 fn ports_free(base: u16) -> bool {
@@ -23,7 +28,18 @@ fn ports_free(base: u16) -> bool {
 }
 
 impl OwnSentinelGroup {
+    /// The open group (`scripts/redis-deployment sentinel`).
     fn start() -> Self {
+        Self::start_kind("sentinel")
+    }
+
+    /// The group whose servers require the users of `scripts/redis-acl.conf` and whose
+    /// sentinels the password `sentinel-pw` (`scripts/redis-deployment sentinel-acl`).
+    fn start_secured() -> Self {
+        Self::start_kind("sentinel-acl")
+    }
+
+    fn start_kind(kind: &str) -> Self {
         let base = (0..100)
             .map(|_| fastrand::u16(20_000..40_000))
             .find(|&base| ports_free(base))
@@ -31,9 +47,29 @@ impl OwnSentinelGroup {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let script =
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/redis-deployment");
-        let group = OwnSentinelGroup { base, dir };
+        let secured = kind == "sentinel-acl";
+        let group = OwnSentinelGroup {
+            base,
+            dir,
+            sentinel_login: if secured {
+                vec!["-a", "sentinel-pw", "--no-auth-warning"]
+            } else {
+                Vec::new()
+            },
+            server_login: if secured {
+                vec![
+                    "--user",
+                    "distlock",
+                    "--pass",
+                    "distlock-pw",
+                    "--no-auth-warning",
+                ]
+            } else {
+                Vec::new()
+            },
+        };
         let status = Command::new(script)
-            .args(["sentinel", &base.to_string()])
+            .args([kind, &base.to_string()])
             .arg(group.dir.path())
             // Fail over after half a second of silence.
             .env("DOWN_AFTER_MS", "500")
@@ -84,6 +120,7 @@ impl OwnSentinelGroup {
     fn announced_master(&self) -> Option<u16> {
         let output = Command::new("redis-cli")
             .args(["-p", &(self.base + 2).to_string()])
+            .args(&self.sentinel_login)
             .args(["sentinel", "get-master-addr-by-name", "distlock"])
             .output()
             .ok()?;
@@ -97,7 +134,9 @@ impl OwnSentinelGroup {
 
     fn exists(&self, port: u16, key: &str) -> String {
         let output = Command::new("redis-cli")
-            .args(["-p", &port.to_string(), "exists", key])
+            .args(["-p", &port.to_string()])
+            .args(&self.server_login)
+            .args(["exists", key])
             .output()
             .expect("redis-cli runs");
         String::from_utf8_lossy(&output.stdout).trim().to_owned()
@@ -201,4 +240,89 @@ async fn failover_grants_twice_and_fencing_refuses_the_stale_holder() {
         "failover took {failover:?}; A's token {token_a}, B's token {token_b}; A's write refused: {}",
         refused.unwrap_err()
     );
+}
+
+/// Security across a failover: on a group whose master and replica require a user's password
+/// and whose sentinels require their own, a client connected before the master dies asks the
+/// (password-protected) sentinels again, logs in to the promoted replica as its user, and
+/// keeps granting locks there; a client that connects afterwards does too. Promise 3 across
+/// it: the token of the grant after the failover is above every token granted before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_follows_a_failover_with_its_logins() {
+    let group = OwnSentinelGroup::start_secured();
+    let b = group.base;
+    let url = format!(
+        "redis+sentinel://app:app-pw@127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}/distlock\
+         ?sentinel_password=sentinel-pw",
+        b + 2,
+        b + 3,
+        b + 4
+    );
+    let step = Duration::from_secs(30);
+    let client = tokio::time::timeout(step, distlock::connect(&url))
+        .await
+        .expect("connecting took too long")
+        .expect("the app's logins were refused");
+    let name = format!("follow-{}", fastrand::u64(..));
+    let before = tokio::time::timeout(step, client.mutex(&name).unwrap().acquire())
+        .await
+        .expect("the grant before the failover took too long")
+        .unwrap();
+    let token_before = before.fencing_token();
+    tokio::time::timeout(step, before.release())
+        .await
+        .unwrap()
+        .unwrap();
+    // Let the replica have the release and the token counter before its master dies.
+    let key_gone = || group.exists(group.replica_port(), &format!("distlock:{{{name}}}:lock"));
+    let start = Instant::now();
+    while key_gone() != "0" {
+        assert!(start.elapsed() < step, "the replica never saw the release");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    group.signal(group.master_port(), "-KILL");
+    let start = Instant::now();
+    while group.announced_master() != Some(group.replica_port()) {
+        assert!(
+            start.elapsed() < step,
+            "the password-protected sentinels did not promote the replica within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The client broke with the old master; its next requests find the new one. Until the
+    // sentinels and the client agree, a request may fail: retry within the bound.
+    let start = Instant::now();
+    let after = loop {
+        match tokio::time::timeout(step, client.mutex(&name).unwrap().try_acquire()).await {
+            Ok(Ok(Some(guard))) => break guard,
+            Ok(Ok(None)) => panic!("the lock released before the failover is held after it"),
+            Ok(Err(e)) if !e.is_not_authorized() && start.elapsed() < step => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("the client did not follow the failover: {other:?}"),
+        }
+    };
+    assert!(
+        after.fencing_token() > token_before,
+        "fencing token went back across the failover: {token_before} then {}",
+        after.fencing_token()
+    );
+    let late = tokio::time::timeout(step, distlock::connect(&url))
+        .await
+        .expect("connecting after the failover took too long")
+        .expect("a client connecting after the failover was refused");
+    assert!(
+        tokio::time::timeout(step, late.is_locked(&name))
+            .await
+            .unwrap()
+            .unwrap(),
+        "the new master does not show the lock granted on it"
+    );
+    tokio::time::timeout(step, after.release())
+        .await
+        .unwrap()
+        .unwrap();
 }

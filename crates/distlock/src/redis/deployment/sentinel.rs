@@ -19,6 +19,9 @@ pub(crate) struct Following {
 
 pub(crate) struct FollowingShared {
     pub(crate) sentinel: tokio::sync::Mutex<SentinelClient>,
+    /// How each sentinel is reached, its login included: asked directly when a refusal could
+    /// be the sentinels' or the master's.
+    sentinels: Vec<redis::ConnectionInfo>,
     /// The current master: its client (for pub/sub) and command connection, with a number
     /// that changes at each rediscovery.
     pub(crate) current: StdMutex<Option<Master>>,
@@ -43,33 +46,52 @@ pub(crate) fn is_broken(error: &redis::RedisError) -> bool {
 }
 
 impl Following {
+    /// Follows the master of `service` that the `sentinels` (`redis://host:port` each, logged
+    /// in to with `sentinel_login`) name, logging in to it with `login`.
     pub(crate) fn new(
         sentinels: Vec<String>,
         service: &str,
         db: i64,
-        username: Option<String>,
-        password: Option<String>,
+        login: &Login,
+        sentinel_login: &Login,
     ) -> Result<Self> {
-        let mut info = redis::RedisConnectionInfo::default().set_db(db);
-        if let Some(username) = username {
-            info = info.set_username(username);
-        }
-        if let Some(password) = password {
-            info = info.set_password(password);
-        }
+        let info = login.apply(redis::RedisConnectionInfo::default().set_db(db));
         let node = SentinelNodeConnectionInfo::default()
             .set_redis_connection_info(info)
             .set_tcp_settings(tcp_settings());
-        let sentinel =
-            SentinelClient::build(sentinels, service, Some(node), SentinelServerType::Master)
-                .map_err(bad_url)?;
+        let sentinels = sentinels
+            .iter()
+            .map(|url| {
+                let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())?;
+                Ok(info
+                    .set_redis_settings(sentinel_login.apply(redis::RedisConnectionInfo::default()))
+                    .set_tcp_settings(tcp_settings()))
+            })
+            .collect::<redis::RedisResult<Vec<_>>>()
+            .map_err(bad_url)?;
+        let sentinel = SentinelClient::build(
+            sentinels.clone(),
+            service,
+            Some(node),
+            SentinelServerType::Master,
+        )
+        .map_err(bad_url)?;
         Ok(Following {
             shared: Arc::new(FollowingShared {
                 sentinel: tokio::sync::Mutex::new(sentinel),
+                sentinels,
                 current: StdMutex::new(None),
             }),
             db,
         })
+    }
+
+    /// The refusal of the first sentinel that refuses this client's login to the sentinels
+    /// (`NOAUTH`, `WRONGPASS`, `NOPERM` on a `PING`), if one does: tells a refused
+    /// `sentinel_password=` from a refused master login, which the sentinel client reports
+    /// alike.
+    pub(crate) async fn sentinel_refusal(&self) -> Option<redis::RedisError> {
+        first_refusal(self.shared.sentinels.clone()).await
     }
 
     pub(crate) fn current(&self) -> Option<Master> {
@@ -96,7 +118,11 @@ impl Following {
         let client = loop {
             match sentinel.async_get_client().await {
                 Ok(client) => break client,
-                Err(e) if tokio::time::Instant::now() < deadline => {
+                // A refused login stays refused: no point asking again.
+                Err(e)
+                    if tokio::time::Instant::now() < deadline
+                        && super::super::refused("connect", &e).is_none() =>
+                {
                     tracing::debug!(error = %e, "no redis master yet; asking the sentinels again");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
