@@ -158,6 +158,31 @@ async fn refused_credentials_are_not_authorized() {
         assert!(!text.contains("not-the-pw"), "{what}: {text}");
         assert!(!text.contains("sentinel-pw"), "{what}: {text}");
     }
+    // The stock store's connection too.
+    for (what, url, says) in [
+        (
+            "a stock store with a wrong password",
+            as_user("redis", "app", "not-the-pw"),
+            "WRONGPASS",
+        ),
+        (
+            "a stock store without credentials",
+            format!("redis://{}/", server()),
+            "NOAUTH",
+        ),
+    ] {
+        let err = timeout(STEP, distlock::stock::RedisStockStore::connect(&url))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: the refused connect took too long"))
+            .err()
+            .unwrap_or_else(|| panic!("{what} was let in"));
+        assert!(err.is_not_authorized(), "{what}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(says) && !text.contains("not-the-pw"),
+            "{what}: {text}"
+        );
+    }
 }
 
 /// Security on Sentinel and Cluster too: the `tenant` is refused a lock outside `tenant/`

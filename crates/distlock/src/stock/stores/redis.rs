@@ -95,8 +95,12 @@ impl std::fmt::Debug for RedisStockStore {
     }
 }
 
+/// A refused login or command is [`Error::NotAuthorized`], as on the lock backend; anything
+/// else [`Error::Backend`].
 fn redis_error(operation: &'static str) -> impl FnOnce(redis::RedisError) -> Error {
-    move |e| Error::backend(SCHEME, operation, e)
+    move |e| {
+        crate::redis::refused(operation, &e).unwrap_or_else(|| Error::backend(SCHEME, operation, e))
+    }
 }
 
 fn key(item: &str) -> String {
@@ -108,8 +112,8 @@ impl RedisStockStore {
     /// Connects to the server a `redis://` URL names.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL; [`Error::Backend`] when the server cannot
-    /// be reached.
+    /// [`Error::InvalidInput`] for a malformed URL; [`Error::NotAuthorized`] when the server
+    /// refuses the URL's login (or asks for one); [`Error::Backend`] when it cannot be reached.
     pub async fn connect(url: &str) -> Result<Self> {
         let client = redis::Client::open(url).map_err(|e| {
             Error::invalid(
@@ -129,7 +133,14 @@ impl RedisStockStore {
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(redis_error("connect"))?;
-        Ok(RedisStockStore { connection })
+        let mut store = RedisStockStore { connection };
+        // A server that wants a password the URL did not give answers NOAUTH to any command:
+        // ask once, so that connecting says so rather than the first order.
+        let _: String = redis::cmd("PING")
+            .query_async(&mut store.connection)
+            .await
+            .map_err(redis_error("connect"))?;
+        Ok(store)
     }
 
     /// Runs one of the scripts: its status (1, 0 or -1) and value.
