@@ -1,6 +1,7 @@
 //! No secret in any output: a password or secret option of a backend URL never appears on
 //! stdout or stderr, whatever fails (a refused connection, a parse error, masters out of
-//! reach), in text or `--json`; the URL is shown with `***` in its place.
+//! reach, a server or sentinel that refuses the secret), in text or `--json`; the URL is
+//! shown with `***` in its place.
 
 use std::time::{Duration, Instant};
 
@@ -49,10 +50,34 @@ fn secret_urls() -> Vec<String> {
         "etcd://127.0.0.1:1/?password={s}",
         "sqlite:///no/such/dir/x.db?password={s}",
         "nosuchscheme://user:{s}@127.0.0.1:1/",
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_password={s}",
     ]
     .iter()
     .map(|url| url.replace("{s}", SECRET))
+    .chain(refused_urls())
     .collect()
+}
+
+/// URLs of the suite's password-protected Redis servers whose secret they refuse: the failure
+/// path of a refused login (a standalone server's, a sentinel's, a Cluster node's).
+fn refused_urls() -> Vec<String> {
+    use distlock::conformance::servers;
+    let address = |server: &servers::Server| servers::first_address(&server.url()).to_owned();
+    vec![
+        format!("redis://app:{SECRET}@{}/", address(&servers::REDIS_ACL)),
+        format!(
+            "redis+sentinel://app:app-pw@{}/distlock?sentinel_password={SECRET}",
+            address(&servers::REDIS_SENTINEL_ACL)
+        ),
+        format!(
+            "redis+sentinel://app:{SECRET}@{}/distlock?sentinel_password=sentinel-pw",
+            address(&servers::REDIS_SENTINEL_ACL)
+        ),
+        format!(
+            "redis+cluster://app:{SECRET}@{}/",
+            address(&servers::REDIS_CLUSTER_ACL)
+        ),
+    ]
 }
 
 fn assert_no_secret(what: &str, output: &Output) {
@@ -103,14 +128,18 @@ fn a_bad_url_is_quoted_masked() {
 }
 
 /// `check`, `bench` (text and `--json`) and the demo, each with a secret-bearing URL of a
-/// server that is not there: each fails, and the secret is nowhere in what it printed.
+/// server that is not there, and of servers that refuse the secret: each fails, and the
+/// secret is nowhere in what it printed.
 #[test]
 fn no_secret_is_printed_by_check_bench_or_demo() {
+    let refused = refused_urls();
     let urls = [
         format!("redis://:{SECRET}@127.0.0.1:1/?connect_timeout=2"),
         format!("redlock://:{SECRET}@127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/?connect_timeout=2"),
         format!("postgres://app:{SECRET}@127.0.0.1:1/db?connect_timeout=2"),
         format!("etcd://127.0.0.1:1/?password={SECRET}"),
+        refused[0].clone(),
+        refused[1].clone(),
     ];
     for url in &urls {
         for args in [
