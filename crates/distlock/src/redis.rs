@@ -63,7 +63,7 @@ mod waiter;
 
 use self::waiter::{Queued, RedisWaiter, SpinWaiter};
 
-const SCHEME: &str = "redis";
+pub(crate) const SCHEME: &str = "redis";
 
 /// A queued waiter not seen for this long is skipped (fair mode).
 const TICKET_STALE: Duration = Duration::from_secs(1);

@@ -159,10 +159,53 @@ async fn standalone(url: &str, options: &Options) -> Result<(Commands, Source)> 
         }
     }
     .map_err(|e| Error::invalid("URL", e.to_string()))?;
+    let tls = url.starts_with("rediss://");
     let connection = deployment::standalone(&client)
         .await
-        .map_err(backend_error("connect"))?;
+        .map_err(|error| connect_failure(error, tls))?;
     Ok((connection, Source::Server(Box::new(client))))
+}
+
+/// The error of a failed connect to a standalone server: a refused login as
+/// [`Error::NotAuthorized`]; otherwise [`Error::Backend`], with what to check when the failure
+/// looks like TLS on one side only or a certificate the client does not trust.
+fn connect_failure(error: redis::RedisError, tls: bool) -> Error {
+    if let Some(refused) = super::refused("connect", &error) {
+        return refused;
+    }
+    let text = error.to_string();
+    let lower = text.to_lowercase();
+    let hint = if tls
+        && [
+            "certificate",
+            "tls",
+            "handshake",
+            "timed out",
+            "eof",
+            "end of file",
+        ]
+        .iter()
+        .any(|cause| lower.contains(cause))
+    {
+        " (over TLS: the server's certificate must be signed by the CA of ca=, or by one of \
+         the system's roots without ca=, and name the URL's host; a server without TLS on \
+         that port never answers the handshake)"
+    } else if !tls
+        && [
+            "connection reset",
+            "broken pipe",
+            "connection closed",
+            "end of file",
+        ]
+        .iter()
+        .any(|cause| lower.contains(cause))
+    {
+        " (a server that takes only TLS drops a client that does not: write rediss://, with \
+         ca= for a CA of your own)"
+    } else {
+        ""
+    };
+    Error::backend(super::SCHEME, "connect", format!("{text}{hint}"))
 }
 
 /// The master a Sentinel group names, found now so that a wrong address or login fails here;
