@@ -29,9 +29,11 @@ const SECRET_KEYS: &[&str] = &[
 ///
 /// The user info ends at the last `@` that a host follows (text without `=` or `&` up to
 /// the next `/`, `?` or `#`) and that no query (`?` then `key=`) comes before, so a raw `/`,
-/// `?` or `@` in a password is masked with it. A raw `,` splits it as it splits the host
-/// list, and a raw `?` with a `=` after it starts the query: those must be percent-encoded,
-/// as URL syntax asks anyway.
+/// `?` or `@` in a password is masked with it. A secret query value runs on over a raw `&`
+/// that no `key=` follows and over a raw `#`, which are masked with it. A raw `,` splits the
+/// user info as it splits the host list, a raw `?` with a `=` after it starts the query, and
+/// a raw `&` with `key=` after it starts another option: those must be percent-encoded, as
+/// URL syntax asks anyway.
 ///
 /// ```
 /// assert_eq!(
@@ -65,9 +67,21 @@ pub fn redact_url(url: &str) -> String {
             Some((query, fragment)) => (query, Some(fragment)),
             None => (query, None),
         };
-        let pairs: Vec<String> = query.split('&').map(mask_pair).collect();
+        // A secret's value runs on over a raw `&` that no `key=` follows, and over a `#`: a
+        // password written with them unescaped is masked whole.
+        let mut pairs: Vec<String> = Vec::new();
+        let mut in_secret = false;
+        for pair in query.split('&') {
+            if in_secret && !pair.contains('=') {
+                continue;
+            }
+            in_secret = pair
+                .split_once('=')
+                .is_some_and(|(key, _)| names_a_secret(key));
+            pairs.push(mask_pair(pair));
+        }
         out.push_str(&pairs.join("&"));
-        if let Some(fragment) = fragment {
+        if let Some(fragment) = fragment.filter(|_| !in_secret) {
             out.push('#');
             out.push_str(fragment);
         }
@@ -77,7 +91,7 @@ pub fn redact_url(url: &str) -> String {
 
 /// The index in `rest` (a URL after `://`) of the `@` that ends the user info: the last one
 /// that a host follows and that no query (`?` then `key=`) comes before.
-fn user_info_end(rest: &str) -> Option<usize> {
+pub(crate) fn user_info_end(rest: &str) -> Option<usize> {
     rest.match_indices('@').map(|(at, _)| at).rev().find(|&at| {
         let (before, after) = (&rest[..at], &rest[at + 1..]);
         let host = after.split(['/', '?', '#']).next().unwrap_or_default();
@@ -120,7 +134,7 @@ fn mask_pair(pair: &str) -> String {
 }
 
 /// True when `key` (percent-encoded or not) names a secret.
-fn names_a_secret(key: &str) -> bool {
+pub(crate) fn names_a_secret(key: &str) -> bool {
     let key = crate::percent::decoded(key).to_ascii_lowercase();
     SECRET_KEYS.iter().any(|secret| key.contains(secret))
 }
@@ -191,7 +205,7 @@ mod tests {
             ),
             (
                 "zk://z1:2181/base?auth_token=t#x",
-                "zk://z1:2181/base?auth_token=***#x",
+                "zk://z1:2181/base?auth_token=***",
             ),
             (
                 "sqlite:///tmp/x.db?busy_timeout_ms=5",
@@ -235,7 +249,7 @@ mod tests {
                 String::new()
             };
             let password: String = (0..rng.usize(1..12))
-                .map(|_| *rng.choice(b"aZ9!$%^*()-_.~:;/@".iter()).unwrap() as char)
+                .map(|_| *rng.choice(b"aZ9!$%^*()-_.~:;/@&#".iter()).unwrap() as char)
                 .collect();
             let hosts: Vec<String> = (0..rng.usize(1..4))
                 .map(|_| format!("{}:{}", word(&mut rng, 6), rng.u16(1..)))

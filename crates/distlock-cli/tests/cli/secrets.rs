@@ -51,6 +51,13 @@ fn secret_urls() -> Vec<String> {
         "sqlite:///no/such/dir/x.db?password={s}",
         "nosuchscheme://user:{s}@127.0.0.1:1/",
         "redis+sentinel://127.0.0.1:1/mymaster?sentinel_password={s}",
+        // Secrets written with the characters URLs reserve, unescaped.
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_password=ab&{s}",
+        "redis+sentinel://127.0.0.1:1/mymaster?sentinel_password=ab#{s}",
+        "redis+sentinel://app:ab/{s}@127.0.0.1:1/mymaster",
+        "redis+cluster://app:ab/{s}@127.0.0.1:1/",
+        "redis://app:ab/{s}@127.0.0.1:1/",
+        "postgres://127.0.0.1:1/db?password=ab&{s}",
     ]
     .iter()
     .map(|url| url.replace("{s}", SECRET))

@@ -33,8 +33,24 @@ impl<'a> Query<'a> {
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut own: Vec<(&'static str, &'a str)> = Vec::new();
         let mut driver = Vec::new();
+        let mut secret_before: Option<&str> = None;
         for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+            // A word without `=` after a secret is most likely the rest of a password with a
+            // raw `&` in it: say so without quoting it.
+            if let Some(secret) = secret_before.filter(|_| !pair.contains('=')) {
+                return Err(Error::invalid(
+                    "URL",
+                    format!(
+                        "the value of {secret}= seems to hold a raw `&`: percent-encode `&` \
+                         (%26) and `#` (%23) in it"
+                    ),
+                ));
+            }
             let (raw_key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            secret_before = pair
+                .contains('=')
+                .then_some(raw_key)
+                .filter(|key| crate::redact::names_a_secret(key));
             // Drivers decode percent-escaped keys (`options%5Bsearch_path%5D`): so is the check.
             let decoded = crate::percent::decoded(raw_key);
             let key = decoded.as_str();
