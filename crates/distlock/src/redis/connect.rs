@@ -249,12 +249,21 @@ async fn cluster(nodes: Vec<String>, login: &Login) -> Result<(Commands, Source)
         .await
     {
         Ok(connection) => connection,
-        // The cluster client reports a node's refusal as text in an I/O error: ask a node
-        // directly for the refusal's code.
-        Err(error) => match node_refusal(&nodes, login).await {
-            Some(refusal) => return Err(backend_error("connect")(refusal)),
-            None => return Err(backend_error("connect")(error)),
-        },
+        // The cluster client reports a node's refusal as text in an I/O error: ask the
+        // nodes directly for the refusal's code (only then, so that nodes out of reach are
+        // not waited for twice).
+        Err(error) => {
+            let text = error.to_string();
+            let refusal = if ["WRONGPASS", "NOAUTH", "NOPERM", "authentication"]
+                .iter()
+                .any(|code| text.contains(code))
+            {
+                node_refusal(&nodes, login).await
+            } else {
+                None
+            };
+            return Err(backend_error("connect")(refusal.unwrap_or(error)));
+        }
     };
     let source = Source::Cluster {
         connection: connection.clone(),
@@ -263,7 +272,8 @@ async fn cluster(nodes: Vec<String>, login: &Login) -> Result<(Commands, Source)
     Ok((Commands::Cluster(connection), source))
 }
 
-/// The refusal of the first Cluster node that refuses `login`, if one does.
+/// The nodes' refusal of `login`, when every node that answers refuses what the cluster
+/// client asks (`PING`, `CLUSTER SLOTS`).
 async fn node_refusal(nodes: &[String], login: &Login) -> Option<redis::RedisError> {
     let infos = nodes
         .iter()
@@ -272,5 +282,5 @@ async fn node_refusal(nodes: &[String], login: &Login) -> Option<redis::RedisErr
             Some(info.set_redis_settings(login.apply(redis::RedisConnectionInfo::default())))
         })
         .collect();
-    deployment::first_refusal(infos).await
+    deployment::refusal_of_all(infos, &[&["PING"], &["CLUSTER", "SLOTS"]]).await
 }

@@ -143,14 +143,31 @@ pub(super) fn take_options(url: &str) -> Result<(String, Options)> {
     Ok((query.driver_url(base), options))
 }
 
-/// Splits `[user:password@]hosts[/path]` into its login (percent-decoded, as the driver
-/// decodes a standalone server's), host list and path.
-fn split_authority(rest: &str) -> (Login, &str, &str) {
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let (credentials, hosts) = match authority.rsplit_once('@') {
-        Some((credentials, hosts)) => (Some(credentials), hosts),
-        None => (None, authority),
+/// Splits `[user:password@]hosts[/path]` (a Sentinel or Cluster URL after its `scheme://`)
+/// into its login (percent-decoded), host list and path.
+///
+/// # Errors
+/// [`Error::InvalidInput`], quoting nothing of the URL, for a raw `/`, `?`, `#` or `,` in the
+/// user info (the host list or the path would start inside the password), and for a query
+/// left for the driver (`protocol=`: the Sentinel and Cluster clients take none).
+fn split_authority(rest: &str) -> Result<(Login, &str, &str)> {
+    let (credentials, after) = match crate::redact::user_info_end(rest) {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
     };
+    if credentials.is_some_and(|c| c.contains(['/', '?', '#', ','])) {
+        return Err(bad_url(
+            "the user info holds a raw `/`, `?`, `#` or `,`: percent-encode them in the user \
+             and the password (`/` is %2F, `?` %3F, `#` %23, `,` %2C, `@` %40)",
+        ));
+    }
+    if after.contains('?') {
+        return Err(bad_url(
+            "a Sentinel or Cluster URL takes none of the Redis client's own options \
+             (protocol=): they apply to redis:// and rediss://",
+        ));
+    }
+    let (hosts, path) = after.split_once('/').unwrap_or((after, ""));
     let decoded = |text: &str| Some(crate::percent::decoded(text)).filter(|t| !t.is_empty());
     let login = match credentials {
         None => Login::default(),
@@ -165,7 +182,7 @@ fn split_authority(rest: &str) -> (Login, &str, &str) {
             },
         },
     };
-    (login, hosts, path)
+    Ok((login, hosts, path))
 }
 
 /// `host:port,host:port` → `redis://host:port` each.
@@ -212,7 +229,7 @@ pub(super) fn parse(url: &str) -> Result<Target> {
             )
         }
         "redis+sentinel" => {
-            let (login, hosts, path) = split_authority(rest);
+            let (login, hosts, path) = split_authority(rest)?;
             let mut parts = path.split('/').filter(|p| !p.is_empty());
             let service = parts
                 .next()
@@ -237,7 +254,7 @@ pub(super) fn parse(url: &str) -> Result<Target> {
             )
         }
         "redis+cluster" => {
-            let (login, hosts, path) = split_authority(rest);
+            let (login, hosts, path) = split_authority(rest)?;
             if !path.is_empty() && path != "0" {
                 return Err(bad_url(format!(
                     "a Cluster has only database 0, not {path:?}"
@@ -368,32 +385,46 @@ fn cluster_pause(attempt: u32) -> Duration {
     Duration::from_millis(10 << attempt.min(5))
 }
 
-/// The refusal (`NOAUTH`, `WRONGPASS`, `NOPERM`) of the first of `servers` that refuses a
-/// `PING` from a client logged in as its connection info says, if one does. The Sentinel and
-/// Cluster clients report a refused login without its code (as text, or as a failure of the
-/// whole deployment): this asks the servers directly which login was refused.
-pub(crate) async fn first_refusal(
+/// The refusal (`NOAUTH`, `WRONGPASS`, `NOPERM`) that `servers` answer a client logged in as
+/// their connection info says, sending it the `probe` commands one after another: the first
+/// server's refusal when every server that answers refuses, `None` when one of them takes
+/// every command (or none answers). The Sentinel and Cluster clients report a refused login
+/// without its code (as text, or as the failure of the whole deployment): this asks the
+/// servers directly whose login was refused.
+pub(crate) async fn refusal_of_all(
     servers: Vec<redis::ConnectionInfo>,
+    probe: &[&[&str]],
 ) -> Option<redis::RedisError> {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(CONNECT_TIMEOUT))
         .set_response_timeout(Some(RESPONSE_TIMEOUT));
+    let mut refusal = None;
     for info in servers {
-        let answer: redis::RedisResult<String> = async {
+        let answer: redis::RedisResult<()> = async {
             let client = redis::Client::open(info)?;
             let mut connection = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
-            redis::cmd("PING").query_async(&mut connection).await
+            for words in probe {
+                let mut command = redis::cmd(words[0]);
+                for word in &words[1..] {
+                    command.arg(*word);
+                }
+                let _: Value = command.query_async(&mut connection).await?;
+            }
+            Ok(())
         }
         .await;
-        if let Err(error) = answer
-            && super::refused("connect", &error).is_some()
-        {
-            return Some(error);
+        match answer {
+            Ok(()) => return None,
+            Err(error) if super::refused("connect", &error).is_some() => {
+                refusal = refusal.or(Some(error));
+            }
+            // Not reached, or another failure: this server tells nothing.
+            Err(_) => {}
         }
     }
-    None
+    refusal
 }
 
 /// Opens the command connection of a standalone server.
@@ -537,6 +568,17 @@ mod tests {
             !shown.contains("p@ss") && !shown.contains("s&pw"),
             "{shown}"
         );
+        // A raw `/` (or `,`, `?`, `#`) in a password is refused, quoting none of it.
+        for raw in [
+            "redis+sentinel://app:pa/ss9@h:1/svc",
+            "redis+cluster://app:pa/ss9@h:1/",
+            "redis+cluster://app:pa,ss9@h:1,h:2/",
+        ] {
+            let err = parse(raw).expect_err(raw);
+            let text = err.to_string();
+            assert!(err.is_invalid_input(), "{raw}: {text}");
+            assert!(!text.contains("ss9"), "{raw}: {text}");
+        }
         let target = parse("redis+cluster://a:1,b:2/?spin=true").unwrap();
         assert!(target.options.spin);
         assert_eq!(
@@ -572,6 +614,8 @@ mod tests {
             "redis+cluster://h:1/?sentinel_password=x",
             "redis+sentinel://a:1/svc?sentinel_user=watch",
             "redis+sentinel://a:1/svc?sentinel_password=",
+            "redis+sentinel://a:1/svc?protocol=resp3",
+            "redis+cluster://a:1/?protocol=resp3",
         ] {
             let err = parse(bad).unwrap_err();
             assert!(err.is_invalid_input(), "{bad}: {err}");

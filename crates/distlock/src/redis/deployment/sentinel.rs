@@ -86,12 +86,16 @@ impl Following {
         })
     }
 
-    /// The refusal of the first sentinel that refuses this client's login to the sentinels
-    /// (`NOAUTH`, `WRONGPASS`, `NOPERM` on a `PING`), if one does: tells a refused
-    /// `sentinel_password=` from a refused master login, which the sentinel client reports
-    /// alike.
+    /// The sentinels' refusal of this client's login to them, when every sentinel that
+    /// answers refuses what the sentinel client asks (`ROLE`, `SENTINEL MASTERS`): tells a
+    /// refused `sentinel_password=` (or `sentinel_user=`'s rights) from a refused master
+    /// login, which the sentinel client reports alike.
     pub(crate) async fn sentinel_refusal(&self) -> Option<redis::RedisError> {
-        first_refusal(self.shared.sentinels.clone()).await
+        refusal_of_all(
+            self.shared.sentinels.clone(),
+            &[&["ROLE"], &["SENTINEL", "MASTERS"]],
+        )
+        .await
     }
 
     pub(crate) fn current(&self) -> Option<Master> {
@@ -118,11 +122,9 @@ impl Following {
         let client = loop {
             match sentinel.async_get_client().await {
                 Ok(client) => break client,
-                // A refused login stays refused: no point asking again.
-                Err(e)
-                    if tokio::time::Instant::now() < deadline
-                        && super::super::refused("connect", &e).is_none() =>
-                {
+                // Refusals too: the client reports any error reply to AUTH as one (a server
+                // out of connections among them), and the last sentinel's error as the answer.
+                Err(e) if tokio::time::Instant::now() < deadline => {
                     tracing::debug!(error = %e, "no redis master yet; asking the sentinels again");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
