@@ -215,7 +215,7 @@ impl RedlockBackend {
                 .arg(id)
                 .invoke_async(&mut self.masters[master].redis()?.connection.clone())
                 .await
-                .map_err(|e| Error::backend(SCHEME, "acquire", e))?;
+                .map_err(master_error("acquire"))?;
             acquired(&reply)
         };
         match self.bounded(request).await {
@@ -259,7 +259,7 @@ impl RedlockBackend {
                 .arg(id)
                 .invoke_async(&mut self.masters[master].redis()?.connection.clone())
                 .await
-                .map_err(|e| Error::backend(SCHEME, "confirm", e))?;
+                .map_err(master_error("confirm"))?;
             Ok(reply == 1)
         };
         self.bounded(request).await.unwrap_or(false)
@@ -320,10 +320,19 @@ impl RedlockBackend {
                 .arg(id)
                 .invoke_async(&mut self.masters[master].redis()?.connection.clone())
                 .await
-                .map_err(|e| Error::backend(SCHEME, "give back", e))?;
+                .map_err(master_error("give back"))?;
             Ok(())
         };
         self.bounded(request).await.is_ok()
+    }
+}
+
+/// A master's error: its refusal of the URL's login or of a command as
+/// [`Error::NotAuthorized`], anything else as [`Error::Backend`].
+fn master_error(operation: &'static str) -> impl FnOnce(redis::RedisError) -> Error {
+    move |error| {
+        crate::redis::refused(operation, &error)
+            .unwrap_or_else(|| Error::backend(SCHEME, operation, error))
     }
 }
 

@@ -25,10 +25,21 @@ impl<T> Answers<T> {
         if answered >= quorum {
             return Ok(self.0.into_iter().filter_map(Result::ok).collect());
         }
-        let first = self
-            .0
+        let errors: Vec<Error> = self.0.into_iter().filter_map(Result::err).collect();
+        // Masters that refuse the login (or a command) are a refusal, not an outage.
+        if let Some(refusal) = errors.iter().find(|error| error.is_not_authorized()) {
+            return Err(Error::not_authorized(
+                SCHEME,
+                operation,
+                format!(
+                    "only {answered} masters answered; a majority needs {quorum}, and a master \
+                     refused: {refusal}"
+                ),
+            ));
+        }
+        let first = errors
             .into_iter()
-            .find_map(Result::err)
+            .next()
             .map_or_else(String::new, |error| format!(" (first: {error})"));
         Err(Error::backend(
             SCHEME,
@@ -170,6 +181,23 @@ pub(super) fn listed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Security: masters that refuse the login leave no majority as a refusal, not as an
+    /// outage; masters out of reach alone stay an outage.
+    #[test]
+    fn a_refusal_among_the_missing_answers_is_not_authorized() {
+        let refused = || Error::not_authorized("redis", "acquire", "WRONGPASS");
+        let down = || Error::backend(SCHEME, "acquire", "connection refused");
+        let answers = Answers(vec![Ok(1_u8), Err(down()), Err(refused())]);
+        let err = answers.require(2, "release").expect_err("no majority");
+        assert!(err.is_not_authorized(), "{err}");
+        assert!(err.to_string().contains("WRONGPASS"), "{err}");
+        let answers = Answers(vec![Ok(1_u8), Err(down()), Err(down())]);
+        let err = answers.require(2, "release").expect_err("no majority");
+        assert!(err.is_backend(), "{err}");
+        let answers = Answers(vec![Ok(1_u8), Ok(2), Err(refused())]);
+        assert_eq!(answers.require(2, "release").unwrap(), vec![1, 2]);
+    }
 
     #[test]
     fn a_majority_agrees_on_the_quorum_th_largest() {
