@@ -419,7 +419,7 @@ pub struct CheckWorkerArgs {
     pub backend: String,
     #[arg(long)]
     pub name: String,
-    #[arg(long)]
+    #[arg(long, env = "DISTLOCK_STORE")]
     pub store: PathBuf,
     #[arg(long)]
     pub log: PathBuf,

@@ -33,9 +33,17 @@ pub fn own_worker_args(command: &mut std::process::Command, args: &[String]) {
     let mut given = Vec::new();
     let mut args = args.iter();
     while let Some(arg) = args.next() {
-        match URL_FLAGS.iter().find(|(flag, _)| flag == arg) {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag, Some(value)),
+            _ => (arg.as_str(), None),
+        };
+        match URL_FLAGS.iter().find(|(url_flag, _)| *url_flag == flag) {
             Some((_, variable)) => {
-                command.env(variable, args.next().map_or("", String::as_str));
+                let value = match inline {
+                    Some(value) => value,
+                    None => args.next().map_or("", String::as_str),
+                };
+                command.env(variable, value);
                 given.push(*variable);
             }
             None => {
@@ -215,8 +223,7 @@ mod tests {
             secret,
             "--name",
             "x",
-            "--store-url",
-            "postgres://u:pw2@h/db",
+            "--store-url=postgres://u:pw2@h/db",
         ]
         .map(str::to_owned)
         .to_vec();

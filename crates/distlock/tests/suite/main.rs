@@ -53,6 +53,7 @@ mod redis_cluster_faults;
 mod redis_failover;
 #[cfg(all(feature = "redis", feature = "conformance"))]
 mod redis_handover;
+#[cfg(all(feature = "redis", feature = "conformance"))]
 mod redis_tls;
 #[cfg(all(feature = "redis", feature = "conformance"))]
 mod redlock;
