@@ -1,7 +1,7 @@
 //! What a backend gives the registry: the one interface through which code outside a
 //! backend's folder checks a URL, opens the backend, and (with the `bench` feature) reaches
-//! its measurement baselines. Each backend writes its [`Driver`] in its own folder; the list
-//! of drivers is in [`crate::open`], the list of schemes in [`crate::scheme`].
+//! its measurement baselines. Each backend writes its [`Driver`] in its own folder, and each
+//! of its scheme rows (`<backend>/schemes.rs`) names it where the build has the backend.
 
 use std::sync::Arc;
 #[cfg(feature = "bench")]
@@ -13,7 +13,6 @@ use futures_util::future::BoxFuture;
 
 use crate::backend::Backend;
 use crate::error::Result;
-use crate::scheme::BackendKind;
 
 /// Opens a backend from a URL.
 pub(crate) type Open = for<'a> fn(&'a str) -> BoxFuture<'a, Result<Arc<dyn Backend>>>;
@@ -27,9 +26,8 @@ pub(crate) type OpenBare = for<'a> fn(&'a str) -> BoxFuture<'a, Result<Option<Bo
 pub(crate) type MeasureWrites = for<'a> fn(&'a str, u64) -> BoxFuture<'a, Result<Vec<Duration>>>;
 
 /// A backend as the registry sees it.
+#[derive(Debug)]
 pub(crate) struct Driver {
-    /// The backend kind of the schemes it opens.
-    pub(crate) kind: BackendKind,
     /// Checks a URL of one of its schemes without connecting.
     pub(crate) check_url: fn(&str) -> Result<()>,
     /// Opens the backend a URL of one of its schemes names.
@@ -48,12 +46,11 @@ pub(crate) struct Driver {
     pub(crate) write_round_trips: Option<MeasureWrites>,
 }
 
-/// Declares a backend's `DRIVER`: its [`BackendKind`] variant, its URL check, the function that
+/// Declares a backend's `DRIVER`: its URL check, the function that
 /// opens it, and (optional, used with the `bench` feature) the functions that open its bare
 /// baseline and measure its write round trips.
 macro_rules! driver {
     (
-        $kind:ident,
         check_url: $check:expr,
         open: $open:path
         $(, bare: $bare:path)?
@@ -63,7 +60,6 @@ macro_rules! driver {
     ) => {
         /// The registry's entry for this backend ([`crate::driver`]).
         pub(crate) const DRIVER: $crate::driver::Driver = $crate::driver::Driver {
-            kind: $crate::scheme::BackendKind::$kind,
             check_url: $check,
             open: |url| Box::pin($open(url)),
             #[cfg(feature = "bench")]
@@ -82,6 +78,19 @@ macro_rules! driver {
     (@writes $writes:path) => { Some(|url, samples| Box::pin($writes(url, samples))) };
 }
 pub(crate) use driver;
+
+/// A scheme row's driver: `Some(&DRIVER)` where the build has the backend's feature, `None`
+/// (the URL then names the feature) where it does not.
+macro_rules! compiled {
+    ($feature:literal, $driver:path) => {{
+        #[cfg(feature = $feature)]
+        let driver: Option<&'static $crate::driver::Driver> = Some(&$driver);
+        #[cfg(not(feature = $feature))]
+        let driver: Option<&'static $crate::driver::Driver> = None;
+        driver
+    }};
+}
+pub(crate) use compiled;
 
 /// A bare baseline's connection, boxed.
 #[cfg(feature = "bench")]

@@ -213,7 +213,6 @@ async fn write_round_trips(url: &str, samples: u64) -> Result<Vec<Duration>> {
 }
 
 crate::driver::driver!(
-    Etcd,
     check_url: check_url,
     open: connect,
     bare: bare::open,

@@ -114,6 +114,33 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// The registry: every backend, the cargo feature that compiles it in, and the file of its
+/// URL schemes. A backend's module (`src/<backend>.rs` and its folder) is compiled with its
+/// feature; its scheme rows always are, so that a URL of a backend this build lacks says
+/// which feature would compile it in. Adding a backend is a line here.
+macro_rules! backends {
+    ($($module:ident $(: $feature:literal)?, $schemes:ident at $path:literal;)*) => {
+        $(
+            $(#[cfg(feature = $feature)])?
+            pub mod $module;
+            #[path = $path]
+            mod $schemes;
+        )*
+        /// Each backend's scheme rows, in the registry's order ([`scheme::SCHEMES`]).
+        const BACKEND_SCHEMES: &[&[Scheme]] = &[$($schemes::SCHEMES),*];
+    };
+}
+
+backends! {
+    memory, memory_schemes at "memory/schemes.rs";
+    sqlite: "sqlite", sqlite_schemes at "sqlite/schemes.rs";
+    redis: "redis", redis_schemes at "redis/schemes.rs";
+    zookeeper: "zookeeper", zookeeper_schemes at "zookeeper/schemes.rs";
+    postgres: "postgres", postgres_schemes at "postgres/schemes.rs";
+    mysql: "mysql", mysql_schemes at "mysql/schemes.rs";
+    etcd: "etcd", etcd_schemes at "etcd/schemes.rs";
+}
+
 pub mod backend;
 #[cfg(feature = "bench")]
 mod bare;
@@ -128,8 +155,6 @@ mod describe;
 mod driver;
 mod election;
 mod error;
-#[cfg(feature = "etcd")]
-pub mod etcd;
 #[cfg(feature = "fault")]
 pub mod fault;
 mod finish;
@@ -138,18 +163,13 @@ mod guard_set;
 #[doc(hidden)]
 pub mod hooks;
 mod keeper;
-pub mod memory;
 pub mod meter;
 mod multi;
 mod mutex;
-#[cfg(feature = "mysql")]
-pub mod mysql;
 mod name;
 mod open;
 mod options;
 mod percent;
-#[cfg(feature = "postgres")]
-pub mod postgres;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 mod queue;
 #[cfg(any(
@@ -160,8 +180,6 @@ mod queue;
 ))]
 mod reaper;
 mod redact;
-#[cfg(feature = "redis")]
-pub mod redis;
 mod rwlock;
 mod schedule;
 pub mod scheme;
@@ -170,12 +188,8 @@ mod semaphore;
 mod servers;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod session;
-#[cfg(feature = "sqlite")]
-pub mod sqlite;
 pub mod stock;
 mod wake;
-#[cfg(feature = "zookeeper")]
-pub mod zookeeper;
 
 pub use crate::backend::{SessionState, SessionStatus};
 pub use crate::client::Locks;
@@ -190,7 +204,7 @@ pub use crate::options::{AcquireOptions, ConnectOptions};
 pub use crate::redact::redact_url;
 pub use crate::rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use crate::schedule::Schedule;
-pub use crate::scheme::{BackendKind, SCHEMES, Scheme, UrlOption};
+pub use crate::scheme::{SCHEMES, Scheme, UrlOption};
 pub use crate::semaphore::Semaphore;
 
 /// Runs the body of an `async fn` under a distlock mutex: acquire, run the body with the

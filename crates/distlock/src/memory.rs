@@ -137,7 +137,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     }))
 }
 
-crate::driver::driver!(Memory, check_url: |_| Ok(()), open: connect);
+crate::driver::driver!(check_url: |_| Ok(()), open: connect);
 
 #[async_trait]
 impl Backend for MemoryBackend {

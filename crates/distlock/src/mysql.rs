@@ -323,7 +323,7 @@ impl MySqlTableBackend {
     }
 }
 
-crate::driver::driver!(MySql, check_url: check_url, open: connect, bare: bare::open);
+crate::driver::driver!(check_url: check_url, open: connect, bare: bare::open);
 
 #[async_trait]
 impl Backend for MySqlTableBackend {

@@ -1,5 +1,5 @@
-//! Opening a backend by URL: the list of the backends compiled in, each reached through its
-//! [`Driver`]. Nothing here names a scheme; [`crate::scheme`] lists those.
+//! Opening a backend by URL, through the [`Driver`] its scheme's row names. Nothing here
+//! names a scheme; [`crate::scheme`] lists those.
 
 use std::sync::Arc;
 
@@ -8,35 +8,12 @@ use crate::driver::Driver;
 use crate::error::{Error, Result};
 use crate::scheme::{Scheme, connect_timeout, of_url};
 
-/// Every backend of this build.
-const DRIVERS: &[&Driver] = &[
-    &crate::memory::DRIVER,
-    #[cfg(feature = "sqlite")]
-    &crate::sqlite::DRIVER,
-    #[cfg(feature = "redis")]
-    &crate::redis::DRIVER,
-    #[cfg(feature = "redis")]
-    &crate::redis::redlock::DRIVER,
-    #[cfg(feature = "zookeeper")]
-    &crate::zookeeper::DRIVER,
-    #[cfg(feature = "postgres")]
-    &crate::postgres::DRIVER,
-    #[cfg(feature = "mysql")]
-    &crate::mysql::DRIVER,
-    #[cfg(feature = "etcd")]
-    &crate::etcd::DRIVER,
-];
-
 /// The driver of `scheme`, or the error saying which feature would compile it in.
 pub(crate) fn driver(scheme: &'static Scheme) -> Result<&'static Driver> {
-    DRIVERS
-        .iter()
-        .copied()
-        .find(|driver| driver.kind == scheme.kind)
-        .ok_or_else(|| Error::FeatureDisabled {
-            scheme: scheme.name.into(),
-            feature: scheme.feature.unwrap_or_default(),
-        })
+    scheme.driver.ok_or_else(|| Error::FeatureDisabled {
+        scheme: scheme.name.into(),
+        feature: scheme.feature.unwrap_or_default(),
+    })
 }
 
 /// The scheme of `url` and its driver, the URL checked as [`validate_url`] checks it.

@@ -426,7 +426,6 @@ async fn listen(
 }
 
 crate::driver::driver!(
-    Postgres,
     check_url: check_url,
     open: connect,
     bare: bare::open,

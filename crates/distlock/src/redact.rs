@@ -142,7 +142,7 @@ pub(crate) fn names_a_secret(key: &str) -> bool {
 /// A piece of `url` (a host, a port, a path) to name in an error: quoted when the URL has no
 /// user info, else `instead` (a password written raw, with a `/` in it, may have been cut
 /// into that piece).
-#[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
+#[cfg_attr(not(feature = "all-backends"), allow(dead_code))]
 pub(crate) fn piece(url: &str, piece: &str, instead: impl FnOnce() -> String) -> String {
     if url.contains('@') {
         instead()

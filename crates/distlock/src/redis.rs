@@ -236,7 +236,6 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
 }
 
 crate::driver::driver!(
-    Redis,
     check_url: deployment::check_url,
     open: connect,
     bare: bare::open,

@@ -1,30 +1,10 @@
-//! The backends distlock connects to, by URL scheme: the one list that [`connect`](crate::connect),
-//! its error messages and the command line's help are derived from, and the one parser of
-//! the options in a URL's query.
+//! The backends distlock connects to, by URL scheme: [`SCHEMES`], the list that
+//! [`connect`](crate::connect), its error messages and the command line's help are derived
+//! from, and the one parser of the options in a URL's query. Each backend writes its rows in
+//! its own folder (`<backend>/schemes.rs`); the registry in the crate root gathers them.
 
+use crate::driver::Driver;
 use crate::error::{Error, Result};
-
-/// The backend a scheme opens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum BackendKind {
-    /// This process only ([`crate::memory`]).
-    Memory,
-    /// An SQLite file.
-    Sqlite,
-    /// Redis: standalone, TLS, Sentinel or Cluster.
-    Redis,
-    /// Redlock over independent Redis masters.
-    Redlock,
-    /// ZooKeeper.
-    ZooKeeper,
-    /// PostgreSQL.
-    Postgres,
-    /// MySQL or MariaDB.
-    MySql,
-    /// etcd.
-    Etcd,
-}
 
 /// One option a URL's query may carry (`?key=value`).
 #[derive(Debug)]
@@ -39,13 +19,13 @@ pub struct UrlOption {
 }
 
 /// One URL scheme distlock knows.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct Scheme {
     /// The scheme, as written before `://`.
     pub name: &'static str,
-    /// The backend it opens.
-    pub kind: BackendKind,
+    /// The backend it opens, when this build has it ([`crate::driver`]).
+    pub(crate) driver: Option<&'static Driver>,
     /// The cargo feature that compiles the backend in (`None`: always there).
     pub feature: Option<&'static str>,
     /// An example URL.
@@ -84,7 +64,7 @@ pub struct Scheme {
 impl Scheme {
     /// True when this build can open it (its feature is on).
     pub fn is_available(&self) -> bool {
-        self.feature.is_none_or(feature_enabled)
+        self.driver.is_some()
     }
 
     /// Every key the query may carry: distlock's (this scheme's, then those of every
@@ -108,20 +88,6 @@ impl Scheme {
                 Some(prefix) => key.starts_with(prefix) && key.ends_with(']'),
                 None => *known == key,
             })
-    }
-}
-
-// With every feature on, each arm is `true`, which clippy would fold into `matches!`.
-#[allow(clippy::match_like_matches_macro)]
-fn feature_enabled(feature: &str) -> bool {
-    match feature {
-        "sqlite" => cfg!(feature = "sqlite"),
-        "redis" => cfg!(feature = "redis"),
-        "zookeeper" => cfg!(feature = "zookeeper"),
-        "etcd" => cfg!(feature = "etcd"),
-        "postgres" => cfg!(feature = "postgres"),
-        "mysql" => cfg!(feature = "mysql"),
-        _ => false,
     }
 }
 
@@ -162,119 +128,22 @@ pub(crate) fn connect_timeout(url: &str) -> Result<std::time::Duration> {
         .unwrap_or(DEFAULT_CONNECT_TIMEOUT))
 }
 
-const FAIR: UrlOption = UrlOption {
+/// `fair=`, for a backend that serves waiters in arrival order or not.
+pub(crate) const FAIR: UrlOption = UrlOption {
     key: "fair",
     values: "true|false",
     meaning: "serve waiters in arrival order (true, the default) or first to ask",
 };
 
-const SPIN: UrlOption = UrlOption {
+/// `spin=`, for a backend whose waiters can poll instead.
+pub(crate) const SPIN: UrlOption = UrlOption {
     key: "spin",
     values: "true|false",
     meaning: "waiters poll with backoff instead of waiting for pub/sub (false)",
 };
 
-const REDIS_OPTIONS: &[UrlOption] = &[
-    FAIR,
-    SPIN,
-    UrlOption {
-        key: "ca",
-        values: "PATH",
-        meaning: "the PEM file of the certificate authority a TLS server is checked against",
-    },
-];
-
-const REDIS_SENTINEL_OPTIONS: &[UrlOption] = &[
-    FAIR,
-    SPIN,
-    UrlOption {
-        key: "sentinel_user",
-        values: "NAME",
-        meaning: "the user distlock logs in to the sentinels as (default; the URL's user info \
-                  is the master's)",
-    },
-    UrlOption {
-        key: "sentinel_password",
-        values: "SECRET",
-        meaning: "the sentinels' own password (none), percent-encoded; never shown",
-    },
-];
-
-const REDIS_DRIVER: &[&str] = &["protocol"];
-
-const REDLOCK_OPTIONS: &[UrlOption] = &[
-    UrlOption {
-        key: "request_timeout",
-        values: "250ms|1s",
-        meaning: "how long one master may take to answer one request, 1 ms to 10 s (250ms); \
-                  far below the lease",
-    },
-    UrlOption {
-        key: "clock_drift",
-        values: "0..0.5",
-        meaning: "the share of a lease a master's clock may run fast by: each master keeps a \
-                  lock lease x (1 + clock_drift) + 2 ms (0.01)",
-    },
-    UrlOption {
-        key: "tls",
-        values: "true|false",
-        meaning: "talk TLS to every master (rediss://), their certificates checked against \
-                  the system's roots or ca= (false; ca= turns it on)",
-    },
-    UrlOption {
-        key: "ca",
-        values: "PATH",
-        meaning: "the PEM file of the certificate authority the masters' certificates are \
-                  checked against",
-    },
-];
-
-const ZK_OPTIONS: &[UrlOption] = &[UrlOption {
-    key: "session_timeout",
-    values: "10s|2500ms",
-    meaning: "the session timeout asked of the server, 1 s to 1 h (10 s)",
-}];
-
-const ETCD_OPTIONS: &[UrlOption] = &[
-    UrlOption {
-        key: "lease_ttl",
-        values: "10s",
-        meaning: "the TTL of the client's etcd lease, which frees a crashed holder's locks, \
-                  2 s to 1 h, rounded up to whole seconds (10 s)",
-    },
-    UrlOption {
-        key: "watch",
-        values: "now|etcd",
-        meaning: "how a waiter watches the key before its own: from now, synced at once \
-                  (now, the default), or from a revision as etcd's concurrency.Mutex does, \
-                  which the server serves every 100 ms (etcd, for comparison)",
-    },
-    UrlOption {
-        key: "tls",
-        values: "true|false",
-        meaning: "talk to the servers over TLS, their certificates checked against the \
-                  system's roots or ca= (false; ca=, cert= and key= turn it on)",
-    },
-    UrlOption {
-        key: "ca",
-        values: "PATH",
-        meaning: "the PEM file of the certificate authority the servers' certificates are \
-                  checked against",
-    },
-    UrlOption {
-        key: "cert",
-        values: "PATH",
-        meaning: "the PEM file of the client certificate to present (with key=), for a \
-                  cluster started with --client-cert-auth",
-    },
-    UrlOption {
-        key: "key",
-        values: "PATH",
-        meaning: "the PEM file of the client certificate's private key (with cert=)",
-    },
-];
-
-const SQL_DRIVER_COMMON: [&str; 10] = [
+/// The driver keys sqlx takes for PostgreSQL and MySQL alike.
+pub(crate) const SQL_DRIVER_COMMON: [&str; 10] = [
     "sslmode",
     "ssl-mode",
     "sslcert",
@@ -287,53 +156,8 @@ const SQL_DRIVER_COMMON: [&str; 10] = [
     "options[",
 ];
 
-/// sqlx's PostgreSQL keys, and libpq's that sqlx accepts without acting on them (it logs a
-/// warning): URLs shared with libpq-based tools (`DATABASE_URL`) carry them.
-const POSTGRES_DRIVER: &[&str] = &concat_keys::<10, 26, 36>(
-    SQL_DRIVER_COMMON,
-    [
-        "sslrootcert",
-        "ssl-root-cert",
-        "host",
-        "hostaddr",
-        "port",
-        "dbname",
-        "user",
-        "password",
-        "application_name",
-        "channel_binding",
-        "target_session_attrs",
-        "gssencmode",
-        "sslcrl",
-        "sslpassword",
-        "sslsni",
-        "requiressl",
-        "keepalives",
-        "keepalives_idle",
-        "keepalives_interval",
-        "keepalives_count",
-        "tcp_user_timeout",
-        "fallback_application_name",
-        "krbsrvname",
-        "load_balance_hosts",
-        "client_encoding",
-        "service",
-    ],
-);
-
-const MYSQL_DRIVER: &[&str] = &concat_keys::<10, 6, 16>(
-    SQL_DRIVER_COMMON,
-    [
-        "sslca",
-        "charset",
-        "collation",
-        "socket",
-        "timezone",
-        "time-zone",
-    ],
-);
-
-const fn concat_keys<const A: usize, const B: usize, const C: usize>(
+/// `a` then `b`, in a constant.
+pub(crate) const fn concat_keys<const A: usize, const B: usize, const C: usize>(
     a: [&'static str; A],
     b: [&'static str; B],
 ) -> [&'static str; C] {
@@ -350,245 +174,35 @@ const fn concat_keys<const A: usize, const B: usize, const C: usize>(
     out
 }
 
-const POSTGRES_OPTIONS: &[UrlOption] = &[UrlOption {
-    key: "mode",
-    values: "advisory|table|transaction",
-    meaning: "session advisory locks (advisory, the default), a lock table with leases, or \
-              transaction-scoped advisory locks for a pooler in transaction mode (transaction)",
-}];
+/// Every scheme distlock knows, in the order help lists them: each backend's rows
+/// (`<backend>/schemes.rs`), in the order of the registry in the crate root.
+pub const SCHEMES: &[Scheme] = &flatten::<SCHEME_COUNT>(crate::BACKEND_SCHEMES);
 
-const MYSQL_OPTIONS: &[UrlOption] = &[UrlOption {
-    key: "mode",
-    values: "named|table",
-    meaning: "named locks, GET_LOCK (named, the default) or a lock table with leases",
-}];
+const SCHEME_COUNT: usize = {
+    let mut count = 0;
+    let mut i = 0;
+    while i < crate::BACKEND_SCHEMES.len() {
+        count += crate::BACKEND_SCHEMES[i].len();
+        i += 1;
+    }
+    count
+};
 
-const SQLITE_OPTIONS: &[UrlOption] = &[
-    UrlOption {
-        key: "busy_timeout_ms",
-        values: "1..600000",
-        meaning: "how long a statement waits for the file's write lock (5000)",
-    },
-    FAIR,
-];
-
-/// Every scheme distlock knows, in the order help lists them.
-pub const SCHEMES: &[Scheme] = &[
-    Scheme {
-        name: "memory",
-        kind: BackendKind::Memory,
-        feature: None,
-        example: "memory://",
-        options: &[],
-        driver_options: &[],
-        process_local: true,
-        session_lease: None,
-        default_port: None,
-        routable: false,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "sqlite",
-        kind: BackendKind::Sqlite,
-        feature: Some("sqlite"),
-        example: "sqlite:///var/lib/app/locks.db",
-        options: SQLITE_OPTIONS,
-        driver_options: &[],
-        process_local: false,
-        session_lease: None,
-        default_port: None,
-        routable: false,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "redis",
-        kind: BackendKind::Redis,
-        feature: Some("redis"),
-        example: "redis://127.0.0.1:6379/",
-        options: REDIS_OPTIONS,
-        driver_options: REDIS_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(6379),
-        routable: true,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "rediss",
-        kind: BackendKind::Redis,
-        feature: Some("redis"),
-        example: "rediss://cache.internal:6379/?ca=/etc/ssl/ca.pem",
-        options: REDIS_OPTIONS,
-        driver_options: REDIS_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(6379),
-        routable: false,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "redis+spin",
-        kind: BackendKind::Redis,
-        feature: Some("redis"),
-        example: "redis+spin://127.0.0.1:6379/",
-        options: REDIS_OPTIONS,
-        driver_options: REDIS_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(6379),
-        routable: true,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "redis+sentinel",
-        kind: BackendKind::Redis,
-        feature: Some("redis"),
-        example: "redis+sentinel://s1:26379,s2:26379/mymaster",
-        options: REDIS_SENTINEL_OPTIONS,
-        driver_options: REDIS_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(26379),
-        routable: false,
-        herd_variant: None,
-        overlap_limit: Some(
-            "asynchronous replication: a failover may grant the lock again (docs/backends/redis.md#safety-limits)",
-        ),
-    },
-    Scheme {
-        name: "redis+cluster",
-        kind: BackendKind::Redis,
-        feature: Some("redis"),
-        example: "redis+cluster://n1:7000,n2:7001/",
-        options: REDIS_OPTIONS,
-        driver_options: REDIS_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(6379),
-        routable: false,
-        herd_variant: None,
-        overlap_limit: Some(
-            "asynchronous replication: a shard's failover may grant the lock again (docs/backends/redis.md#safety-limits)",
-        ),
-    },
-    Scheme {
-        name: "redlock",
-        kind: BackendKind::Redlock,
-        feature: Some("redis"),
-        example: "redlock://r1:6379,r2:6379,r3:6379/",
-        options: REDLOCK_OPTIONS,
-        driver_options: REDIS_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(6379),
-        routable: true,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "zk",
-        kind: BackendKind::ZooKeeper,
-        feature: Some("zookeeper"),
-        example: "zk://127.0.0.1:2181/distlock/locks",
-        options: ZK_OPTIONS,
-        driver_options: &[],
-        process_local: false,
-        session_lease: Some("session_timeout"),
-        default_port: Some(2181),
-        routable: true,
-        herd_variant: Some("zk+naive"),
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "zk+naive",
-        kind: BackendKind::ZooKeeper,
-        feature: Some("zookeeper"),
-        example: "zk+naive://127.0.0.1:2181/",
-        options: ZK_OPTIONS,
-        driver_options: &[],
-        process_local: false,
-        session_lease: Some("session_timeout"),
-        default_port: Some(2181),
-        routable: true,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "postgres",
-        kind: BackendKind::Postgres,
-        feature: Some("postgres"),
-        example: "postgres://user:password@127.0.0.1:5432/db",
-        options: POSTGRES_OPTIONS,
-        driver_options: POSTGRES_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(5432),
-        routable: true,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "postgresql",
-        kind: BackendKind::Postgres,
-        feature: Some("postgres"),
-        example: "postgresql://user@127.0.0.1/db?mode=table",
-        options: POSTGRES_OPTIONS,
-        driver_options: POSTGRES_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(5432),
-        routable: true,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "mysql",
-        kind: BackendKind::MySql,
-        feature: Some("mysql"),
-        example: "mysql://root@127.0.0.1:3306/db",
-        options: MYSQL_OPTIONS,
-        driver_options: MYSQL_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(3306),
-        routable: true,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "mariadb",
-        kind: BackendKind::MySql,
-        feature: Some("mysql"),
-        example: "mariadb://root@127.0.0.1:3306/db?mode=table",
-        options: MYSQL_OPTIONS,
-        driver_options: MYSQL_DRIVER,
-        process_local: false,
-        session_lease: None,
-        default_port: Some(3306),
-        routable: true,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-    Scheme {
-        name: "etcd",
-        kind: BackendKind::Etcd,
-        feature: Some("etcd"),
-        example: "etcd://127.0.0.1:2379/",
-        options: ETCD_OPTIONS,
-        driver_options: &[],
-        process_local: false,
-        session_lease: Some("lease_ttl"),
-        default_port: Some(2379),
-        routable: true,
-        herd_variant: None,
-        overlap_limit: None,
-    },
-];
+/// The backends' rows, one after another.
+const fn flatten<const N: usize>(groups: &[&[Scheme]]) -> [Scheme; N] {
+    let mut out = [groups[0][0]; N];
+    let (mut at, mut group) = (0, 0);
+    while group < groups.len() {
+        let mut row = 0;
+        while row < groups[group].len() {
+            out[at] = groups[group][row];
+            at += 1;
+            row += 1;
+        }
+        group += 1;
+    }
+    out
+}
 
 /// The scheme named `name`, if distlock knows it.
 pub fn find(name: &str) -> Option<&'static Scheme> {
@@ -644,14 +258,17 @@ pub(crate) fn of_url(url: &str) -> Result<(&'static Scheme, &str)> {
     Ok((scheme, rest))
 }
 
-#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+// The user info and the host list of a URL that names several servers, for the backends that
+// parse them here: compiled in every build, so that a backend that uses them names no feature
+// here; a build without such a backend leaves them unused.
+#[cfg_attr(not(feature = "all-backends"), allow(dead_code, unused_imports))]
 mod credentials;
-#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+#[cfg_attr(not(feature = "all-backends"), allow(dead_code, unused_imports))]
 mod hosts;
 mod query;
-#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+#[cfg_attr(not(feature = "all-backends"), allow(unused_imports))]
 pub(crate) use credentials::Credentials;
-#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+#[cfg_attr(not(feature = "all-backends"), allow(unused_imports))]
 pub(crate) use hosts::host_list;
 pub(crate) use query::Query;
 

@@ -219,7 +219,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(SqliteBackend::open(rest).await?))
 }
 
-crate::driver::driver!(Sqlite, check_url: url::check_url, open: connect, bare: bare::open);
+crate::driver::driver!(check_url: url::check_url, open: connect, bare: bare::open);
 
 #[async_trait]
 impl Backend for SqliteBackend {

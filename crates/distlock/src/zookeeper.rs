@@ -280,7 +280,6 @@ async fn write_round_trips(url: &str, samples: u64) -> Result<Vec<Duration>> {
 }
 
 crate::driver::driver!(
-    ZooKeeper,
     check_url: check_url,
     open: connect,
     bare: bare::open,

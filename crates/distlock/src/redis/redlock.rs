@@ -277,7 +277,7 @@ fn query_joiner(url: &str) -> char {
     if url.contains('?') { '&' } else { '?' }
 }
 
-crate::driver::driver!(Redlock, check_url: check_url, open: connect);
+crate::driver::driver!(check_url: check_url, open: connect);
 
 #[async_trait]
 impl Backend for RedlockBackend {

@@ -276,18 +276,11 @@ fn scheme_matches(line: &str) -> Vec<String> {
                 .filter(|pattern| line.contains(pattern.as_str())),
         );
     }
-    if let Some(at) = line.find("BackendKind::")
-        && line[at + "BackendKind::".len()..]
-            .starts_with(|c: char| c.is_ascii_uppercase() || c == '{' || c == '*')
-    {
-        found.push("BackendKind::".to_owned());
-    }
     found
 }
 
 /// Code outside a backend's folder, the registry and the stock module's per-server stores
-/// asks the registry (`SCHEMES`, the drivers) instead of deciding by a scheme's name or a
-/// backend kind, in the library and in the command line. Adding a backend then touches its folder and the lists, not the code
+/// asks the registry (`SCHEMES`, the drivers) instead of deciding by a scheme's name, in the library and in the command line. Adding a backend then touches its folder and the lists, not the code
 /// that uses them.
 #[test]
 fn only_backends_and_the_registry_name_schemes() {
@@ -332,7 +325,7 @@ fn only_backends_and_the_registry_name_schemes() {
     }
     assert!(
         offences.is_empty(),
-        "code outside a backend's folder decides by a scheme name or backend kind; ask the \
+        "code outside a backend's folder decides by a scheme name; ask the \
          registry (a `Scheme` field, the backend's `Driver`, a `Backend` method) instead:\n  {}",
         offences.join("\n  ")
     );
@@ -347,16 +340,13 @@ fn the_scheme_scan_sees_each_form() {
         r#"Some("postgres" | "mysql") => 3,"#,
         r#"if name == "etcd" {"#,
         r#"url.strip_prefix("memory:")"#,
-        r#"BackendKind::Redis => {}"#,
         r#"Some(("mariadb", _)) => "mysql".to_owned(),"#,
         r#"if "zk" == scheme {"#,
         r#"if name.eq("sqlite") {"#,
-        r#"use distlock::BackendKind::{Redis, Etcd};"#,
     ] {
         assert!(!scheme_matches(line).is_empty(), "not seen: {line}");
     }
     for line in [
-        r#"let kind: BackendKind = scheme.kind;"#,
         r#"default_value = "zk://127.0.0.1:2181/""#,
         r#"names: ["redis", "redis-spin"]"#,
     ] {
