@@ -51,6 +51,7 @@
 //! | `etcd://h1:2379,h2:2379/prefix` | etcd lease-and-revision lock (the layout of etcd's `concurrency.Mutex` and `etcdctl lock`), one watch per waiter | `etcd` | in arrival order | when the client's etcd lease runs out (`?lease_ttl=`, 10 s) |
 //! | `mysql://user@host:3306/db` (or `mariadb://`) | MySQL/MariaDB named locks (`GET_LOCK`), each on a connection the lock owns | `mysql` | in the server's order | when its connection closes |
 //! | `mysql://user@host:3306/db?mode=table` | table-record lock in a MySQL table; waiters in other clients poll | `mysql` | first to ask after the release | when the lease ends |
+//! | `nats://h1:4222,h2:4222/bucket` | NATS JetStream key-value bucket: compare-and-set on the key's revision, a subscription to the key's subject wakes waiters | `nats` | first to ask after the release | when the lease ends, by the server's clock |
 //!
 //! Each scheme's query options are in [`SCHEMES`]; an unknown key is refused with the list of
 //! known ones. Every Redis URL takes `?fair=false` (first to ask wins) and `?spin=true` (the spin lock's
@@ -139,6 +140,7 @@ backends! {
     postgres: "postgres", postgres_schemes at "postgres/schemes.rs";
     mysql: "mysql", mysql_schemes at "mysql/schemes.rs";
     etcd: "etcd", etcd_schemes at "etcd/schemes.rs";
+    nats: "nats", nats_schemes at "nats/schemes.rs";
 }
 
 pub mod backend;

@@ -163,6 +163,13 @@ pub const MYSQL_SECURED: Server = Server {
     default: "mysql://app:app-pw@127.0.0.1:3307/test?ssl-mode=VERIFY_IDENTITY&ssl-ca=/tmp/distlock-mariadb-secured/ca.pem",
 };
 
+/// The NATS server with JetStream.
+pub const NATS: Server = Server {
+    what: "NATS with JetStream",
+    variable: "DISTLOCK_NATS_URL",
+    default: "nats://127.0.0.1:4222/distlock-tests",
+};
+
 /// Every server above.
 pub const ALL: &[Server] = &[
     REDIS,
@@ -184,6 +191,7 @@ pub const ALL: &[Server] = &[
     PGBOUNCER,
     MYSQL,
     MYSQL_SECURED,
+    NATS,
 ];
 
 impl Server {
