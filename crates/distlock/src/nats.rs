@@ -21,10 +21,11 @@
 mod record;
 mod url;
 mod waiter;
+mod written;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::kv::{self, Entry, Operation, UpdateErrorKind};
 use async_trait::async_trait;
@@ -37,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::name::{LockKind, LockName};
 use record::Grant;
 use url::{Login, NatsUrl};
+use written::{Writes, Written};
 
 const SCHEME: &str = "nats";
 
@@ -59,6 +61,9 @@ struct Shared {
     clock_key: String,
     /// The server's clock less this machine's, in nanoseconds, from the last probe.
     offset: StdMutex<Option<i128>>,
+    /// This client's last write to each key it holds, for one-round-trip renewals, reentries
+    /// and releases.
+    writes: Writes,
 }
 
 impl std::fmt::Debug for NatsBackend {
@@ -144,6 +149,18 @@ impl NatsBackend {
                          token= or creds= of the URL"
                     ),
                 ),
+                async_nats::ConnectErrorKind::Tls | async_nats::ConnectErrorKind::Io
+                    if parsed.tls.is_some() =>
+                {
+                    failed(
+                    "connect",
+                    format!(
+                        "TLS failed ({e}); check that ca= names the CA that signed the \
+                         servers' certificates, and cert= and key= where they ask for a \
+                         client certificate"
+                        ),
+                    )
+                }
                 _ => failed("connect", e),
             })?;
         let jetstream = async_nats::jetstream::new(client.clone());
@@ -154,6 +171,7 @@ impl NatsBackend {
                 store,
                 clock_key: record::clock_key(&uuid::Uuid::new_v4().to_string()),
                 offset: StdMutex::new(None),
+                writes: Writes::default(),
             }),
         };
         backend.server_now().await?;
@@ -249,6 +267,46 @@ impl NatsBackend {
         }
     }
 
+    /// Writes `grant` to lock `key` if its revision is still `revision`, as [`Self::write`],
+    /// and remembers the write for the next change of the grant; a write that failed or lost
+    /// its race is forgotten, so that the next change reads the key again.
+    async fn write_grant(
+        &self,
+        operation: &'static str,
+        key: &str,
+        grant: Grant,
+        revision: u64,
+    ) -> Result<Option<u64>> {
+        let writes = &self.shared.writes;
+        let (sent, sent_wall) = (Instant::now(), SystemTime::now());
+        let written = self.write(operation, key, grant.encode(), revision).await;
+        match written {
+            Ok(Some(new)) => writes.remember(
+                key,
+                Written {
+                    revision: new,
+                    grant: Grant {
+                        token: Some(grant.token_at(new)),
+                        ..grant
+                    },
+                    sent,
+                    sent_wall,
+                    answered: Instant::now(),
+                },
+            ),
+            _ => writes.forget(key, revision),
+        }
+        written
+    }
+
+    /// Deletes lock `key` if its revision is still `revision`, as [`Self::delete`], and
+    /// forgets this client's write to it.
+    async fn delete_grant(&self, operation: &'static str, key: &str, revision: u64) -> Result<bool> {
+        let deleted = self.delete(operation, key, revision).await;
+        self.shared.writes.forget(key, revision);
+        deleted
+    }
+
     /// Deletes `key` if its revision is still `revision`. False when another write came
     /// first.
     async fn delete(&self, operation: &'static str, key: &str, revision: u64) -> Result<bool> {
@@ -264,6 +322,30 @@ impl NatsBackend {
         }
     }
 
+    /// Gives back one hold of `grant`, the value of lock `key` at `revision`: rewrites it
+    /// with one hold fewer, or deletes the key for the last. The holds left; `None` when the
+    /// key's revision changed first.
+    async fn release_on(&self, key: &str, grant: Grant, revision: u64) -> Result<Option<u32>> {
+        const OPERATION: &str = "release";
+        if grant.holds > 1 {
+            let remaining_holds = grant.holds - 1;
+            let fewer = Grant {
+                holds: remaining_holds,
+                token: Some(grant.token_at(revision)),
+                ..grant
+            };
+            Ok(self
+                .write_grant(OPERATION, key, fewer, revision)
+                .await?
+                .map(|_| remaining_holds))
+        } else {
+            Ok(self
+                .delete_grant(OPERATION, key, revision)
+                .await?
+                .then_some(0))
+        }
+    }
+
     /// Rewrites the grant of `owner` with `token` on `name`: `change` makes the new value
     /// from the grant and the time it still runs.
     async fn rewrite(
@@ -275,12 +357,31 @@ impl NatsBackend {
         change: impl Fn(&Grant, Duration) -> Grant,
     ) -> Result<Extended> {
         let key = record::lock_key(name.as_str());
+        if let Some(written) = self.shared.writes.live(&key, owner.as_str())
+            && written.token() == token
+        {
+            let left = written.at_most_left(Instant::now());
+            let new = Grant {
+                token: Some(token),
+                ..change(&written.grant, left)
+            };
+            if self
+                .write_grant(operation, &key, new, written.revision)
+                .await?
+                .is_some()
+            {
+                return Ok(Extended::Extended);
+            }
+        }
         for _ in 0..RACES {
             let (entry, live) = self.live(operation, &key).await?;
+            let seen = entry.as_ref().map_or(0, |entry| entry.revision);
             let (Some(entry), Some((grant, left))) = (entry, live) else {
+                self.shared.writes.forget(&key, seen);
                 return Ok(Extended::NotHeld);
             };
             if grant.owner != owner.as_str() {
+                self.shared.writes.forget(&key, entry.revision);
                 return Ok(Extended::HeldByOther);
             }
             if grant.token_at(entry.revision) != token {
@@ -291,7 +392,7 @@ impl NatsBackend {
                 ..change(&grant, left)
             };
             if self
-                .write(operation, &key, new.encode(), entry.revision)
+                .write_grant(operation, &key, new, entry.revision)
                 .await?
                 .is_some()
             {
@@ -411,6 +512,28 @@ impl Backend for NatsBackend {
     ) -> Result<Acquired> {
         const OPERATION: &str = "acquire";
         let key = record::lock_key(name.as_str());
+        if let Some(written) = self.shared.writes.live(&key, owner.as_str()) {
+            let token = written.token();
+            let holds = written.grant.holds.saturating_add(1);
+            let left = written.at_most_left(Instant::now());
+            let again = Grant {
+                holds,
+                // Never shorter than what may be left of the lease.
+                lease_ms: lease_ms(lease).max(lease_ms(left) + 1),
+                token: Some(token),
+                ..written.grant
+            };
+            if self
+                .write_grant(OPERATION, &key, again, written.revision)
+                .await?
+                .is_some()
+            {
+                return Ok(Acquired::Granted {
+                    fencing_token: token,
+                    holds,
+                });
+            }
+        }
         for _ in 0..RACES {
             let (entry, live) = self.live(OPERATION, &key).await?;
             let revision = entry.as_ref().map_or(0, |entry| entry.revision);
@@ -425,7 +548,7 @@ impl Backend for NatsBackend {
                         lease_ms: lease_ms(lease).max(lease_ms(left) + 1),
                         token: Some(token),
                     };
-                    self.write(OPERATION, &key, again.encode(), revision)
+                    self.write_grant(OPERATION, &key, again, revision)
                         .await?
                         .map(|_| Acquired::Granted {
                             fencing_token: token,
@@ -440,7 +563,7 @@ impl Backend for NatsBackend {
                         lease_ms: lease_ms(lease),
                         token: None,
                     };
-                    self.write(OPERATION, &key, fresh.encode(), revision)
+                    self.write_grant(OPERATION, &key, fresh, revision)
                         .await?
                         .map(|token| Acquired::Granted {
                             fencing_token: token,
@@ -478,31 +601,25 @@ impl Backend for NatsBackend {
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
         const OPERATION: &str = "release";
         let key = record::lock_key(name.as_str());
+        if let Some(written) = self.shared.writes.live(&key, owner.as_str())
+            && let Some(remaining_holds) = self
+                .release_on(&key, written.grant, written.revision)
+                .await?
+        {
+            return Ok(Released::Released { remaining_holds });
+        }
         for _ in 0..RACES {
             let (entry, live) = self.live(OPERATION, &key).await?;
+            let seen = entry.as_ref().map_or(0, |entry| entry.revision);
             let (Some(entry), Some((grant, _))) = (entry, live) else {
+                self.shared.writes.forget(&key, seen);
                 return Ok(Released::NotHeld);
             };
             if grant.owner != owner.as_str() {
+                self.shared.writes.forget(&key, entry.revision);
                 return Ok(Released::HeldByOther);
             }
-            let done = if grant.holds > 1 {
-                let remaining_holds = grant.holds - 1;
-                let token = Some(grant.token_at(entry.revision));
-                let fewer = Grant {
-                    holds: remaining_holds,
-                    token,
-                    ..grant
-                };
-                self.write(OPERATION, &key, fewer.encode(), entry.revision)
-                    .await?
-                    .map(|_| remaining_holds)
-            } else {
-                self.delete(OPERATION, &key, entry.revision)
-                    .await?
-                    .then_some(0)
-            };
-            if let Some(remaining_holds) = done {
+            if let Some(remaining_holds) = self.release_on(&key, grant, entry.revision).await? {
                 return Ok(Released::Released { remaining_holds });
             }
         }
@@ -562,7 +679,7 @@ impl Backend for NatsBackend {
             let (Some(entry), Some(_)) = (entry, live) else {
                 return Ok(false);
             };
-            if self.delete(OPERATION, &key, entry.revision).await? {
+            if self.delete_grant(OPERATION, &key, entry.revision).await? {
                 return Ok(true);
             }
         }
