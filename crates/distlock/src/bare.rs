@@ -12,6 +12,7 @@
 //! | ZooKeeper | `exists` of the base node | `create` of an ephemeral node + `delete` |
 //! | etcd | a count-only `range` | a `txn` put if absent + `delete` |
 //! | SQLite | `SELECT 1` | `INSERT` of a row + `DELETE`, each a transaction |
+//! | NATS JetStream | a direct get of a missing key | key-value `create` + `delete` |
 
 use crate::driver::BareConnection;
 use crate::error::{Error, Result};

@@ -18,6 +18,8 @@
 //! change, or when the holder's lease runs out. `docs/backends/nats.md` says what this costs
 //! and what the stream's replication means for safety.
 
+#[cfg(feature = "bench")]
+mod bare;
 mod record;
 mod url;
 mod waiter;
@@ -492,7 +494,7 @@ fn check_url(url: &str) -> Result<()> {
     NatsUrl::parse(url).map(drop)
 }
 
-crate::driver::driver!(check_url: check_url, open: connect);
+crate::driver::driver!(check_url: check_url, open: connect, bare: bare::open);
 
 #[async_trait]
 impl Backend for NatsBackend {
