@@ -58,6 +58,7 @@ pub struct NatsBackend {
 
 struct Shared {
     client: async_nats::Client,
+    jetstream: async_nats::jetstream::Context,
     store: kv::Store,
     /// The key of this client's clock probe.
     clock_key: String,
@@ -170,6 +171,7 @@ impl NatsBackend {
         let backend = NatsBackend {
             shared: Arc::new(Shared {
                 client,
+                jetstream,
                 store,
                 clock_key: record::clock_key(&uuid::Uuid::new_v4().to_string()),
                 offset: StdMutex::new(None),
@@ -301,12 +303,56 @@ impl NatsBackend {
         written
     }
 
-    /// Deletes lock `key` if its revision is still `revision`, as [`Self::delete`], and
-    /// forgets this client's write to it.
+    /// Deletes lock `key` if its revision is still `revision`, as [`Self::delete`], forgets
+    /// this client's write to it, and remembers the delete's revision for the next grant.
     async fn delete_grant(&self, operation: &'static str, key: &str, revision: u64) -> Result<bool> {
-        let deleted = self.delete(operation, key, revision).await;
-        self.shared.writes.forget(key, revision);
-        deleted
+        let writes = &self.shared.writes;
+        let deleted = self.delete_marked(operation, key, revision).await;
+        writes.forget(key, revision);
+        match deleted {
+            Ok(Some(marker)) => {
+                writes.remember_deleted(key, marker);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes the delete marker of `key` on `revision`, as `kv::Store::delete_expect_revision`
+    /// does, and answers the marker's revision (`None`: another write came first).
+    async fn delete_marked(
+        &self,
+        operation: &'static str,
+        key: &str,
+        revision: u64,
+    ) -> Result<Option<u64>> {
+        use async_nats::jetstream::context::PublishErrorKind;
+        let store = &self.shared.store;
+        if store.use_jetstream_prefix {
+            // A bucket of another JetStream domain: the store's own delete knows its subject.
+            return Ok(self.delete(operation, key, revision).await?.then_some(0));
+        }
+        let subject = format!("{}{key}", store.put_prefix.as_ref().unwrap_or(&store.prefix));
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("KV-Operation", "DEL");
+        headers.insert(
+            async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            async_nats::HeaderValue::from(revision),
+        );
+        let acked = async {
+            self.shared
+                .jetstream
+                .publish_with_headers(subject, headers, Default::default())
+                .await?
+                .await
+        }
+        .await;
+        match acked {
+            Ok(ack) => Ok(Some(ack.sequence)),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Ok(None),
+            Err(e) => Err(failed(operation, e)),
+        }
     }
 
     /// Deletes `key` if its revision is still `revision`. False when another write came
@@ -514,6 +560,21 @@ impl Backend for NatsBackend {
     ) -> Result<Acquired> {
         const OPERATION: &str = "acquire";
         let key = record::lock_key(name.as_str());
+        if let Some(marker) = self.shared.writes.take_deleted(&key) {
+            // This client deleted the key last: unless something wrote it since, it is free.
+            let fresh = Grant {
+                owner: owner.as_str().to_owned(),
+                holds: 1,
+                lease_ms: lease_ms(lease),
+                token: None,
+            };
+            if let Some(token) = self.write_grant(OPERATION, &key, fresh, marker).await? {
+                return Ok(Acquired::Granted {
+                    fencing_token: token,
+                    holds: 1,
+                });
+            }
+        }
         if let Some(written) = self.shared.writes.live(&key, owner.as_str()) {
             let token = written.token();
             let holds = written.grant.holds.saturating_add(1);

@@ -68,6 +68,10 @@ impl Written {
 #[derive(Debug, Default)]
 pub(super) struct Writes {
     by_key: Mutex<HashMap<String, Written>>,
+    /// The keys this client deleted, with the revision of the delete: the next grant of the
+    /// key here writes on that revision straight away, and only reads the key when
+    /// something else wrote it since.
+    deleted: Mutex<HashMap<String, u64>>,
 }
 
 impl Writes {
@@ -104,6 +108,25 @@ impl Writes {
         if map.len() < KEYS {
             map.insert(key.to_owned(), written);
         }
+    }
+
+    /// Keeps `revision` as that of this client's delete of `key`.
+    pub(super) fn remember_deleted(&self, key: &str, revision: u64) {
+        let mut deleted = self.deleted.lock().unwrap_or_else(|p| p.into_inner());
+        if deleted.len() >= KEYS {
+            deleted.clear();
+        }
+        let kept = deleted.entry(key.to_owned()).or_insert(revision);
+        *kept = (*kept).max(revision);
+    }
+
+    /// The revision of this client's delete of `key`, taken out of the memory: one attempt
+    /// uses it.
+    pub(super) fn take_deleted(&self, key: &str) -> Option<u64> {
+        self.deleted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key)
     }
 
     /// Forgets the write of `revision` to `key` (deleted, or found overtaken); a later one
@@ -147,6 +170,10 @@ mod tests {
         assert_eq!(writes.live("k", "me").map(|w| w.revision), Some(5));
         writes.forget("k", 5);
         assert!(writes.live("k", "me").is_none());
+        writes.remember_deleted("k", 9);
+        writes.remember_deleted("k", 8);
+        assert_eq!(writes.take_deleted("k"), Some(9));
+        assert_eq!(writes.take_deleted("k"), None);
     }
 
     #[test]
