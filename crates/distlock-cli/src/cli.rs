@@ -133,6 +133,9 @@ pub struct Servers {
     /// The etcd cluster of the etcd strategy.
     #[arg(long, default_value = "etcd://127.0.0.1:2379/")]
     pub etcd: String,
+    /// The NATS JetStream servers of the nats strategy.
+    #[arg(long, default_value = "nats://127.0.0.1:4222/")]
+    pub nats: String,
     /// The PostgreSQL database of the pg-* strategies: the stock table and, for
     /// pg-advisory, the advisory lock.
     #[arg(

@@ -29,6 +29,8 @@ pub enum Strategy {
     ZooKeeper,
     /// distlock's etcd lock (etcdctl lock's layout)
     Etcd,
+    /// distlock's NATS JetStream key-value lock
+    Nats,
     /// PostgreSQL: SELECT ... FOR UPDATE in a transaction
     PgPessimistic,
     /// PostgreSQL: version column, at most 10 attempts per order
@@ -115,7 +117,8 @@ impl Strategy {
             | Strategy::RedisSpin
             | Strategy::Redlock
             | Strategy::ZooKeeper
-            | Strategy::Etcd => Database::Sqlite,
+            | Strategy::Etcd
+            | Strategy::Nats => Database::Sqlite,
         }
     }
 
@@ -132,6 +135,7 @@ impl Strategy {
             | Strategy::Redlock
             | Strategy::ZooKeeper
             | Strategy::Etcd
+            | Strategy::Nats
             | Strategy::PgAdvisory
             | Strategy::MySqlNamed => Protection::Lock,
         }
@@ -146,6 +150,7 @@ impl Strategy {
             Strategy::Redlock => Some(servers.redlock.clone()),
             Strategy::ZooKeeper => Some(servers.zookeeper.clone()),
             Strategy::Etcd => Some(servers.etcd.clone()),
+            Strategy::Nats => Some(servers.nats.clone()),
             Strategy::PgAdvisory => Some(servers.postgres.clone()),
             Strategy::MySqlNamed => Some(servers.mysql.clone()),
             Strategy::None
@@ -207,6 +212,7 @@ mod tests {
                 "redlock",
                 "zookeeper",
                 "etcd",
+                "nats",
                 "pg-pessimistic",
                 "pg-optimistic",
                 "pg-advisory",

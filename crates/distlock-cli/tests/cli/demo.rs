@@ -1,7 +1,7 @@
 //! `distlock demo`: which strategies oversell, on every server the strategies use.
 
 use crate::{
-    distlock, etcd_url, json_report, mysql_url, postgres_url, redis_cluster_url,
+    distlock, etcd_url, json_report, nats_url, mysql_url, postgres_url, redis_cluster_url,
     redis_sentinel_url, redis_url, redlock_url, zookeeper_url,
 };
 
@@ -229,6 +229,11 @@ fn demo_is_exact_on_sentinel_and_cluster() {
 #[test]
 fn demo_is_exact_on_etcd() {
     assert_exact_on(&["etcd"], "--etcd", &etcd_url());
+}
+
+#[test]
+fn demo_is_exact_on_nats() {
+    assert_exact_on(&["nats"], "--nats", &nats_url());
 }
 
 #[test]

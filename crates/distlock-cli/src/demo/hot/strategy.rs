@@ -24,6 +24,8 @@ pub enum HotStrategy {
     ZooKeeper,
     /// distlock's etcd lock; the stock in Redis
     Etcd,
+    /// distlock's NATS JetStream key-value lock; the stock in Redis
+    Nats,
     /// distlock's PostgreSQL advisory lock; the stock in PostgreSQL
     PgAdvisory,
     /// distlock's MySQL named lock; the stock in MySQL/MariaDB
@@ -57,6 +59,7 @@ impl HotStrategy {
             HotStrategy::RedisSpin => Some(spin_url(&servers.redis)),
             HotStrategy::ZooKeeper => Some(servers.zookeeper.clone()),
             HotStrategy::Etcd => Some(servers.etcd.clone()),
+            HotStrategy::Nats => Some(servers.nats.clone()),
             HotStrategy::PgAdvisory => Some(servers.postgres.clone()),
             HotStrategy::MySqlNamed => Some(servers.mysql.clone()),
             HotStrategy::RedisAtomic => None,
@@ -64,7 +67,7 @@ impl HotStrategy {
     }
 
     /// Where the stock lives: on the lock's own server where that server can keep it
-    /// (SQLite, PostgreSQL, MySQL), else (ZooKeeper, etcd) in Redis, like the Redis strategies.
+    /// (SQLite, PostgreSQL, MySQL), else (ZooKeeper, etcd, NATS) in Redis, like the Redis strategies.
     /// `sqlite_store` is the SQLite stock file.
     pub fn store(self, servers: &Servers, sqlite_store: &Path) -> Store {
         let (database, spec) = match self {
@@ -75,6 +78,7 @@ impl HotStrategy {
             | HotStrategy::RedisSpin
             | HotStrategy::ZooKeeper
             | HotStrategy::Etcd
+            | HotStrategy::Nats
             | HotStrategy::RedisAtomic => (Database::Redis, servers.redis.clone()),
         };
         Store { database, spec }
@@ -114,6 +118,7 @@ mod tests {
                 "redis-spin",
                 "zookeeper",
                 "etcd",
+                "nats",
                 "pg-advisory",
                 "mysql-named",
                 "redis-atomic",
