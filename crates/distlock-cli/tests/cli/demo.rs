@@ -1,7 +1,7 @@
 //! `distlock demo`: which strategies oversell, on every server the strategies use.
 
 use crate::{
-    distlock, etcd_url, json_report, nats_url, mysql_url, postgres_url, redis_cluster_url,
+    distlock, etcd_url, json_report, mysql_url, nats_url, postgres_url, redis_cluster_url,
     redis_sentinel_url, redis_url, redlock_url, zookeeper_url,
 };
 
