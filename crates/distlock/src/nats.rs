@@ -227,14 +227,17 @@ impl NatsBackend {
     /// out. Judged first by the estimate; where that says it has run out (or is close), by a
     /// probe of the server's clock, so that only the server's clock frees a lock.
     async fn remaining(&self, entry: &Entry, grant: &Grant) -> Result<Option<Duration>> {
-        let ends = entry.created.unix_timestamp_nanos() + i128::from(grant.lease_ms) * 1_000_000;
+        let lease = i128::from(grant.lease_ms) * 1_000_000;
+        let ends = entry.created.unix_timestamp_nanos() + lease;
+        // Never more than the lease: an estimate off by its error could say so.
+        let left = |now: i128| Duration::from_nanos((ends - now).min(lease) as u64);
         if let Some(now) = self.estimate()
             && ends - now > 0
         {
-            return Ok(Some(Duration::from_nanos((ends - now) as u64)));
+            return Ok(Some(left(now)));
         }
         let now = self.server_now().await?;
-        Ok((ends > now).then(|| Duration::from_nanos((ends - now) as u64)))
+        Ok((ends > now).then(|| left(now)))
     }
 
     /// The live grant of `key`: its entry and value, `None` when the key is free (no value,
