@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::demo::Strategy;
 use crate::demo::hot::HotStrategy;
+use crate::demo::{Servers, Strategy};
 use crate::exporter::MetricsArgs;
 use crate::failure::CliResult;
 use crate::failure::exit;
@@ -114,41 +114,6 @@ pub enum DemoScenario {
     HotItem(HotItemArgs),
 }
 
-/// The servers a demo's strategies use (flattened into each scenario's arguments).
-#[derive(Debug, Args)]
-pub struct Servers {
-    /// The Redis server of the redis, redis-spin and redis-atomic strategies (and, in the
-    /// hot-item scenario, the stock of the zookeeper and etcd strategies).
-    #[arg(long, default_value = "redis://127.0.0.1:6379/")]
-    pub redis: String,
-    /// The independent Redis masters of the redlock strategy.
-    #[arg(
-        long,
-        default_value = "redlock://127.0.0.1:6400,127.0.0.1:6401,127.0.0.1:6402/"
-    )]
-    pub redlock: String,
-    /// The ZooKeeper ensemble of the zookeeper strategy.
-    #[arg(long, default_value = "zk://127.0.0.1:2181/")]
-    pub zookeeper: String,
-    /// The etcd cluster of the etcd strategy.
-    #[arg(long, default_value = "etcd://127.0.0.1:2379/")]
-    pub etcd: String,
-    /// The NATS JetStream servers of the nats strategy.
-    #[arg(long, default_value = "nats://127.0.0.1:4222/")]
-    pub nats: String,
-    /// The PostgreSQL database of the pg-* strategies: the stock table and, for
-    /// pg-advisory, the advisory lock.
-    #[arg(
-        long,
-        default_value = "postgres://postgres:postgres@127.0.0.1:5432/test"
-    )]
-    pub postgres: String,
-    /// The MySQL/MariaDB database of the mysql-* strategies: the stock table and, for
-    /// mysql-named, the named lock.
-    #[arg(long, default_value = "mysql://root@127.0.0.1:3306/test")]
-    pub mysql: String,
-}
-
 /// `distlock demo` without a scenario: the overselling demo.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -221,14 +186,6 @@ pub fn value_name<T: ValueEnum>(value: &T) -> String {
     value
         .to_possible_value()
         .map(|possible| possible.get_name().to_owned())
-        .unwrap_or_default()
-}
-
-/// The help clap shows for `value`: its doc comment.
-pub fn value_help<T: ValueEnum>(value: &T) -> String {
-    value
-        .to_possible_value()
-        .and_then(|possible| possible.get_help().map(ToString::to_string))
         .unwrap_or_default()
 }
 

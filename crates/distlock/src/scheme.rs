@@ -59,6 +59,9 @@ pub struct Scheme {
     /// waiter before them: the herd effect (`distlock bench --herd`) measured against this
     /// scheme's lock (`zk` against `zk+naive`).
     pub herd_variant: Option<&'static str>,
+    /// The lock strategies of `distlock demo` that this scheme's backend runs (most schemes
+    /// none: one row of a backend names them).
+    pub demo: &'static [DemoLock],
 }
 
 impl Scheme {
@@ -263,11 +266,13 @@ pub(crate) fn of_url(url: &str) -> Result<(&'static Scheme, &str)> {
 // here; a build without such a backend leaves them unused.
 #[cfg_attr(not(feature = "all-backends"), allow(dead_code, unused_imports))]
 mod credentials;
+mod demo;
 #[cfg_attr(not(feature = "all-backends"), allow(dead_code, unused_imports))]
 mod hosts;
 mod query;
 #[cfg_attr(not(feature = "all-backends"), allow(unused_imports))]
 pub(crate) use credentials::Credentials;
+pub use demo::{DemoLock, DemoServer, demo_locks, demo_servers};
 #[cfg_attr(not(feature = "all-backends"), allow(unused_imports))]
 pub(crate) use hosts::host_list;
 pub(crate) use query::Query;

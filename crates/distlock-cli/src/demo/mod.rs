@@ -6,6 +6,7 @@
 
 pub mod hot;
 mod report;
+mod servers;
 mod stock;
 mod strategy;
 mod worker;
@@ -18,6 +19,7 @@ use crate::failure::{CliResult, Failure};
 use crate::json::{self, Unavailable};
 use crate::workers::Fleet;
 use report::{Outcome, Settings};
+pub use servers::Servers;
 use stock::{DemoStock, ITEM, OPTIMISTIC_ATTEMPTS};
 pub use strategy::Strategy;
 use strategy::{Database, Protection};
@@ -56,7 +58,7 @@ pub async fn run(args: DemoArgs) -> CliResult {
                 report::print_unavailable(strategy, &reason);
             }
             unavailable.push(Unavailable {
-                strategy: strategy.name(),
+                strategy: strategy.name().to_owned(),
                 reason,
             });
             continue;
@@ -127,7 +129,7 @@ impl Run<'_> {
                     "--db".to_owned(),
                     self.db.display().to_string(),
                     "--strategy".to_owned(),
-                    self.strategy.name(),
+                    self.strategy.name().to_owned(),
                     "--orders".to_owned(),
                     share.to_string(),
                     "--tasks".to_owned(),

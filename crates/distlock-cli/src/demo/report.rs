@@ -79,7 +79,7 @@ impl Outcome {
         let oversold = accepted.saturating_sub(args.stock);
         Ok(Outcome {
             strategy,
-            description: strategy.description(),
+            description: strategy.description().to_owned(),
             orders: args.orders,
             accepted,
             refused,

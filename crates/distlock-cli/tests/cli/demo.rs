@@ -1,8 +1,8 @@
 //! `distlock demo`: which strategies oversell, on every server the strategies use.
 
 use crate::{
-    distlock, etcd_url, json_report, mysql_url, nats_url, postgres_url, redis_cluster_url,
-    redis_sentinel_url, redis_url, redlock_url, zookeeper_url,
+    distlock, json_report, mysql_url, postgres_url, redis_cluster_url, redis_sentinel_url,
+    redis_url, redlock_url,
 };
 
 #[test]
@@ -226,17 +226,48 @@ fn demo_is_exact_on_sentinel_and_cluster() {
     }
 }
 
+/// Every lock strategy of the registry, each on its server of the tests: a backend's
+/// strategy is tested here by being in the registry.
 #[test]
-fn demo_is_exact_on_etcd() {
-    assert_exact_on(&["etcd"], "--etcd", &etcd_url());
-}
-
-#[test]
-fn demo_is_exact_on_nats() {
-    assert_exact_on(&["nats"], "--nats", &nats_url());
-}
-
-#[test]
-fn demo_is_exact_on_zookeeper() {
-    assert_exact_on(&["zookeeper"], "--zookeeper", &zookeeper_url());
+fn demo_is_exact_with_every_lock_of_the_registry() {
+    let locks: Vec<_> = distlock::scheme::demo_locks()
+        .filter(|lock| lock.server.is_some())
+        .collect();
+    let strategies: Vec<&str> = locks.iter().map(|lock| lock.strategy).collect();
+    let mut flags: Vec<(String, String)> = Vec::new();
+    for server in distlock::scheme::demo_servers() {
+        flags.push((format!("--{}", server.flag), server.tests.url()));
+    }
+    let mut args = vec![
+        "demo",
+        "--json",
+        "--stock",
+        "20",
+        "--orders",
+        "60",
+        "--workers",
+        "2",
+    ];
+    for strategy in &strategies {
+        args.extend(["--strategy", strategy]);
+    }
+    for (flag, url) in &flags {
+        args.extend([flag.as_str(), url.as_str()]);
+    }
+    let report = json_report(&distlock(&args), "demo");
+    assert!(
+        report["unavailable"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    let results = report["results"].as_array().expect("results");
+    let ran: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r["strategy"].as_str())
+        .collect();
+    assert_eq!(ran, strategies, "{report}");
+    for r in results {
+        assert_eq!(r["exact"], true, "{r}");
+        assert_eq!(r["accepted"], 20, "{r}");
+        assert_eq!(r["final_stock"], 0, "{r}");
+    }
 }

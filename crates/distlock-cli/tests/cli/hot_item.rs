@@ -1,17 +1,17 @@
 //! `distlock demo hot-item`: one lock against segments, on every lock backend it runs.
 
-use crate::{distlock, json_report, mysql_url, postgres_url, redis_url, zookeeper_url};
+use crate::{distlock, json_report};
 
-/// The hot-item scenario sells exactly its stock with one lock and with segments, on each
-/// lock backend it runs, and reports orders/s for both (speed is for `distlock bench` and
-/// the demo's figures, not asserted here).
+/// The hot-item scenario sells exactly its stock with one lock and with segments, on every
+/// lock of the registry (each on its server of the tests) and with the atomic script, and
+/// reports orders/s for both (speed is for `distlock bench` and the demo's figures, not
+/// asserted here).
 #[test]
 fn demo_hot_item_is_exact_with_one_lock_and_with_segments() {
-    let redis = redis_url();
-    let postgres = postgres_url();
-    let mysql = mysql_url();
-    let zookeeper = zookeeper_url();
-    let output = distlock(&[
+    let locks: Vec<&str> = distlock::scheme::demo_locks()
+        .map(|lock| lock.strategy)
+        .collect();
+    let mut args = vec![
         "demo",
         "hot-item",
         "--json",
@@ -26,28 +26,19 @@ fn demo_hot_item_is_exact_with_one_lock_and_with_segments() {
         "--workers",
         "2",
         "--strategy",
-        "table-lock",
-        "--strategy",
-        "redis",
-        "--strategy",
-        "pg-advisory",
-        "--strategy",
-        "mysql-named",
-        "--strategy",
         "redis-atomic",
-        "--strategy",
-        "redis-spin",
-        "--strategy",
-        "zookeeper",
-        "--redis",
-        &redis,
-        "--postgres",
-        &postgres,
-        "--mysql",
-        &mysql,
-        "--zookeeper",
-        &zookeeper,
-    ]);
+    ];
+    for lock in &locks {
+        args.extend(["--strategy", lock]);
+    }
+    let flags: Vec<(String, String)> = distlock::scheme::demo_servers()
+        .into_iter()
+        .map(|server| (format!("--{}", server.flag), server.tests.url()))
+        .collect();
+    for (flag, url) in &flags {
+        args.extend([flag.as_str(), url.as_str()]);
+    }
+    let output = distlock(&args);
     let report = json_report(&output, "demo hot-item");
     assert!(
         report["unavailable"].as_array().unwrap().is_empty(),
@@ -58,7 +49,7 @@ fn demo_hot_item_is_exact_with_one_lock_and_with_segments() {
     assert_eq!(report["tasks_per_worker"], 4, "{report}");
     let runs = report["results"].as_array().unwrap();
     // Two runs per lock (1 and 6 segments), one for the atomic script.
-    assert_eq!(runs.len(), 13, "{report}");
+    assert_eq!(runs.len(), 2 * locks.len() + 1, "{report}");
     for run in runs {
         // The stock lives on the lock's own server where it can (ZooKeeper's in Redis).
         let store = match run["strategy"].as_str().unwrap() {

@@ -125,7 +125,3 @@ fn zookeeper_url() -> String {
 fn etcd_url() -> String {
     servers::ETCD.url()
 }
-
-fn nats_url() -> String {
-    servers::NATS.url()
-}

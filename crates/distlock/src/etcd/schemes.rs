@@ -2,7 +2,7 @@
 //! without the backend, so that a URL of a build without it says which feature would
 //! compile it in.
 
-use crate::scheme::{Scheme, UrlOption};
+use crate::scheme::{DemoLock, DemoServer, Scheme, UrlOption};
 
 const ETCD_OPTIONS: &[UrlOption] = &[
     UrlOption {
@@ -43,6 +43,22 @@ const ETCD_OPTIONS: &[UrlOption] = &[
     },
 ];
 
+const ETCD_SERVER: DemoServer = DemoServer {
+    flag: "etcd",
+    what: "the etcd cluster",
+    default: "etcd://127.0.0.1:2379/",
+    tests: &crate::servers::ETCD,
+};
+
+/// The demo's etcd lock.
+const ETCD_DEMO: &[DemoLock] = &[DemoLock {
+    strategy: "etcd",
+    description: "distlock's etcd lock (etcdctl lock's layout)",
+    server: Some(&ETCD_SERVER),
+    query: None,
+    stock_on_server: false,
+}];
+
 /// The schemes of the etcd backend, in the order help lists them.
 pub(crate) const SCHEMES: &[Scheme] = &[
     Scheme {
@@ -57,6 +73,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(2379),
         routable: true,
         herd_variant: None,
+        demo: ETCD_DEMO,
         overlap_limit: None,
     },
 ];

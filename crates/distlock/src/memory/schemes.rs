@@ -18,6 +18,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: None,
         routable: false,
         herd_variant: None,
+        demo: &[],
         overlap_limit: None,
     },
 ];

@@ -2,7 +2,7 @@
 //! without the backend, so that a URL of a build without it says which feature would
 //! compile it in.
 
-use crate::scheme::{SQL_DRIVER_COMMON, concat_keys, Scheme, UrlOption};
+use crate::scheme::{DemoLock, DemoServer, SQL_DRIVER_COMMON, concat_keys, Scheme, UrlOption};
 
 const MYSQL_OPTIONS: &[UrlOption] = &[UrlOption {
     key: "mode",
@@ -22,6 +22,22 @@ const MYSQL_DRIVER: &[&str] = &concat_keys::<10, 6, 16>(
     ],
 );
 
+const MYSQL_SERVER: DemoServer = DemoServer {
+    flag: "mysql",
+    what: "the MySQL/MariaDB database",
+    default: "mysql://root@127.0.0.1:3306/test",
+    tests: &crate::servers::MYSQL,
+};
+
+/// The demo's named lock, with the stock in the same database.
+const MYSQL_DEMO: &[DemoLock] = &[DemoLock {
+    strategy: "mysql-named",
+    description: "distlock's MySQL named lock around a committed transaction",
+    server: Some(&MYSQL_SERVER),
+    query: None,
+    stock_on_server: true,
+}];
+
 /// The schemes of the MySQL/MariaDB backend, in the order help lists them.
 pub(crate) const SCHEMES: &[Scheme] = &[
     Scheme {
@@ -36,6 +52,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(3306),
         routable: true,
         herd_variant: None,
+        demo: MYSQL_DEMO,
         overlap_limit: None,
     },
     Scheme {
@@ -50,6 +67,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(3306),
         routable: true,
         herd_variant: None,
+        demo: &[],
         overlap_limit: None,
     },
 ];

@@ -2,7 +2,7 @@
 //! without the backend, so that a URL of a build without it says which feature would
 //! compile it in.
 
-use crate::scheme::{Scheme, UrlOption};
+use crate::scheme::{DemoLock, DemoServer, Scheme, UrlOption};
 
 const NATS_OPTIONS: &[UrlOption] = &[
     UrlOption {
@@ -45,6 +45,22 @@ const NATS_OPTIONS: &[UrlOption] = &[
     },
 ];
 
+const NATS_SERVER: DemoServer = DemoServer {
+    flag: "nats",
+    what: "the NATS JetStream servers",
+    default: "nats://127.0.0.1:4222/",
+    tests: &crate::servers::NATS,
+};
+
+/// The demo's NATS lock.
+const NATS_DEMO: &[DemoLock] = &[DemoLock {
+    strategy: "nats",
+    description: "distlock's NATS JetStream key-value lock",
+    server: Some(&NATS_SERVER),
+    query: None,
+    stock_on_server: false,
+}];
+
 /// The schemes of the NATS backend, in the order help lists them.
 pub(crate) const SCHEMES: &[Scheme] = &[Scheme {
     name: "nats",
@@ -58,5 +74,6 @@ pub(crate) const SCHEMES: &[Scheme] = &[Scheme {
     default_port: Some(4222),
     routable: true,
     herd_variant: None,
+    demo: NATS_DEMO,
     overlap_limit: None,
 }];

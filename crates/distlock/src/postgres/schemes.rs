@@ -2,7 +2,7 @@
 //! without the backend, so that a URL of a build without it says which feature would
 //! compile it in.
 
-use crate::scheme::{SQL_DRIVER_COMMON, concat_keys, Scheme, UrlOption};
+use crate::scheme::{DemoLock, DemoServer, SQL_DRIVER_COMMON, concat_keys, Scheme, UrlOption};
 
 const POSTGRES_OPTIONS: &[UrlOption] = &[UrlOption {
     key: "mode",
@@ -45,6 +45,22 @@ const POSTGRES_DRIVER: &[&str] = &concat_keys::<10, 26, 36>(
     ],
 );
 
+const POSTGRES_SERVER: DemoServer = DemoServer {
+    flag: "postgres",
+    what: "the PostgreSQL database",
+    default: "postgres://postgres:postgres@127.0.0.1:5432/test",
+    tests: &crate::servers::POSTGRES,
+};
+
+/// The demo's advisory lock, with the stock in the same database.
+const POSTGRES_DEMO: &[DemoLock] = &[DemoLock {
+    strategy: "pg-advisory",
+    description: "distlock's PostgreSQL advisory lock around a committed transaction",
+    server: Some(&POSTGRES_SERVER),
+    query: None,
+    stock_on_server: true,
+}];
+
 /// The schemes of the PostgreSQL backend, in the order help lists them.
 pub(crate) const SCHEMES: &[Scheme] = &[
     Scheme {
@@ -59,6 +75,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(5432),
         routable: true,
         herd_variant: None,
+        demo: POSTGRES_DEMO,
         overlap_limit: None,
     },
     Scheme {
@@ -73,6 +90,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(5432),
         routable: true,
         herd_variant: None,
+        demo: &[],
         overlap_limit: None,
     },
 ];

@@ -2,7 +2,7 @@
 //! without the backend, so that a URL of a build without it says which feature would
 //! compile it in.
 
-use crate::scheme::{FAIR, SPIN, Scheme, UrlOption};
+use crate::scheme::{DemoLock, DemoServer, FAIR, SPIN, Scheme, UrlOption};
 
 const REDIS_OPTIONS: &[UrlOption] = &[
     FAIR,
@@ -59,6 +59,44 @@ const REDLOCK_OPTIONS: &[UrlOption] = &[
     },
 ];
 
+const REDIS_SERVER: DemoServer = DemoServer {
+    flag: "redis",
+    what: "the Redis server",
+    default: "redis://127.0.0.1:6379/",
+    tests: &crate::servers::REDIS,
+};
+
+/// The demo's Redis locks: the reentrant lock, and the spin lock on the same server.
+const REDIS_DEMO: &[DemoLock] = &[DemoLock {
+    strategy: "redis",
+    description: "distlock's Redis reentrant lock",
+    server: Some(&REDIS_SERVER),
+    query: None,
+    stock_on_server: false,
+}, DemoLock {
+    strategy: "redis-spin",
+    description: "distlock's Redis spin lock",
+    server: Some(&REDIS_SERVER),
+    query: Some("spin=true"),
+    stock_on_server: false,
+}];
+
+const REDLOCK_SERVER: DemoServer = DemoServer {
+    flag: "redlock",
+    what: "the independent Redis masters",
+    default: "redlock://127.0.0.1:6400,127.0.0.1:6401,127.0.0.1:6402/",
+    tests: &crate::servers::REDLOCK,
+};
+
+/// The demo's Redlock, over its own masters.
+const REDLOCK_DEMO: &[DemoLock] = &[DemoLock {
+    strategy: "redlock",
+    description: "distlock's Redlock over independent Redis masters",
+    server: Some(&REDLOCK_SERVER),
+    query: None,
+    stock_on_server: false,
+}];
+
 /// The schemes of the Redis backend (standalone, TLS, Sentinel, Cluster) and Redlock, in the order help lists them.
 pub(crate) const SCHEMES: &[Scheme] = &[
     Scheme {
@@ -73,6 +111,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(6379),
         routable: true,
         herd_variant: None,
+        demo: REDIS_DEMO,
         overlap_limit: None,
     },
     Scheme {
@@ -87,6 +126,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(6379),
         routable: false,
         herd_variant: None,
+        demo: &[],
         overlap_limit: None,
     },
     Scheme {
@@ -101,6 +141,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(6379),
         routable: true,
         herd_variant: None,
+        demo: &[],
         overlap_limit: None,
     },
     Scheme {
@@ -115,6 +156,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(26379),
         routable: false,
         herd_variant: None,
+        demo: &[],
         overlap_limit: Some(
             "asynchronous replication: a failover may grant the lock again (docs/backends/redis.md#safety-limits)",
         ),
@@ -131,6 +173,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(6379),
         routable: false,
         herd_variant: None,
+        demo: &[],
         overlap_limit: Some(
             "asynchronous replication: a shard's failover may grant the lock again (docs/backends/redis.md#safety-limits)",
         ),
@@ -147,6 +190,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: Some(6379),
         routable: true,
         herd_variant: None,
+        demo: REDLOCK_DEMO,
         overlap_limit: None,
     },
 ];

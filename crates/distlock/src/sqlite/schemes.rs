@@ -2,7 +2,7 @@
 //! without the backend, so that a URL of a build without it says which feature would
 //! compile it in.
 
-use crate::scheme::{FAIR, Scheme, UrlOption};
+use crate::scheme::{DemoLock, FAIR, Scheme, UrlOption};
 
 const SQLITE_OPTIONS: &[UrlOption] = &[
     UrlOption {
@@ -12,6 +12,15 @@ const SQLITE_OPTIONS: &[UrlOption] = &[
     },
     FAIR,
 ];
+
+/// The demo's table lock: in the demo's SQLite file, beside the stock.
+const SQLITE_DEMO: &[DemoLock] = &[DemoLock {
+    strategy: "table-lock",
+    description: "distlock's SQLite table-record lock",
+    server: None,
+    query: None,
+    stock_on_server: true,
+}];
 
 /// The schemes of the SQLite backend, in the order help lists them.
 pub(crate) const SCHEMES: &[Scheme] = &[
@@ -27,6 +36,7 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         default_port: None,
         routable: false,
         herd_variant: None,
+        demo: SQLITE_DEMO,
         overlap_limit: None,
     },
 ];

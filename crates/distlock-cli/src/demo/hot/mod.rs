@@ -93,16 +93,21 @@ pub async fn run(args: HotItemArgs) -> CliResult {
     for strategy in strategies {
         let lock = strategy.lock_url(&args.servers, dir.path());
         let store = strategy.store(&args.servers, &sqlite_store);
-        if let Err(reason) = check(lock.as_deref(), &store).await {
+        let checked = match &store {
+            Some(store) => check(lock.as_deref(), store).await,
+            None => Err("no server flag names its stock's server".to_owned()),
+        };
+        if let Err(reason) = checked {
             if !args.json {
                 println!("{strategy:<14} unavailable: {reason}");
             }
             unavailable.push(Unavailable {
-                strategy: strategy.name(),
+                strategy: strategy.name().to_owned(),
                 reason,
             });
             continue;
         }
+        let Some(store) = store else { continue };
         let segment_counts = if lock.is_none() {
             vec![1]
         } else {
@@ -275,7 +280,7 @@ async fn run_one(
     // The run's item is its own: leave nothing behind on the server.
     stock.remove().await?;
     Ok(HotRun {
-        strategy: strategy.name(),
+        strategy: strategy.name().to_owned(),
         store: store_label(store, args.sqlite_durability),
         segments,
         served,

@@ -1,87 +1,110 @@
-//! The hot-item scenario's strategies: the one list of them, and the servers each one uses.
+//! The hot-item scenario's strategies: every lock of the registry (the overselling demo's
+//! names for them), and the Redis atomic script as the ceiling.
 
 use std::fmt;
 use std::path::Path;
+use std::sync::LazyLock;
 
 use clap::ValueEnum;
+use clap::builder::PossibleValue;
+use distlock::scheme::{DemoLock, demo_locks};
 
-use crate::cli::{Servers, value_name};
-use crate::demo::strategy::{Database, spin_url};
+use crate::demo::servers::Servers;
+use crate::demo::strategy::{Database, lock_url};
 
-/// A lock the hot-item scenario runs, as `--strategy` names it (the overselling demo's name
-/// for the same lock), or the Redis atomic script as the ceiling. The doc comment of a
-/// variant is its description in `--help`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// A lock the hot-item scenario runs, as `--strategy` names it, or the Redis atomic script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HotStrategy {
-    /// distlock's SQLite table-record lock; the stock in an SQLite file
-    TableLock,
-    /// distlock's Redis reentrant lock; the stock in Redis
-    Redis,
-    /// distlock's Redis spin lock; the stock in Redis
-    RedisSpin,
-    /// distlock's ZooKeeper sequential-node lock; the stock in Redis
-    #[value(name = "zookeeper")]
-    ZooKeeper,
-    /// distlock's etcd lock; the stock in Redis
-    Etcd,
-    /// distlock's NATS JetStream key-value lock; the stock in Redis
-    Nats,
-    /// distlock's PostgreSQL advisory lock; the stock in PostgreSQL
-    PgAdvisory,
-    /// distlock's MySQL named lock; the stock in MySQL/MariaDB
-    #[value(name = "mysql-named")]
-    MySqlNamed,
-    /// Redis: check and decrement in one Lua script, no lock (the ceiling)
+    /// A backend's lock of the registry.
+    Lock(&'static DemoLock),
+    /// Redis: check and decrement in one Lua script, no lock (the ceiling).
     RedisAtomic,
 }
+
+/// Every strategy, in `--help`'s order.
+static ALL: LazyLock<Vec<HotStrategy>> = LazyLock::new(|| {
+    demo_locks()
+        .map(HotStrategy::Lock)
+        .chain([HotStrategy::RedisAtomic])
+        .collect()
+});
+
+/// Their descriptions, made once: `--help` borrows them.
+static DESCRIPTIONS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    ALL.iter()
+        .map(|strategy| match strategy {
+            HotStrategy::Lock(lock) => format!(
+                "{}; the stock in {}",
+                lock.description,
+                strategy.database().title()
+            ),
+            HotStrategy::RedisAtomic => {
+                "Redis: check and decrement in one Lua script, no lock (the ceiling)".to_owned()
+            }
+        })
+        .collect()
+});
+
+/// What runs without `--strategy`: the embedded table lock, the Redis lock, and the ceiling.
+const DEFAULTS: [&str; 3] = ["table-lock", "redis", "redis-atomic"];
 
 impl HotStrategy {
     /// What runs without `--strategy`.
     pub fn defaults() -> Vec<HotStrategy> {
-        vec![
-            HotStrategy::TableLock,
-            HotStrategy::Redis,
-            HotStrategy::RedisAtomic,
-        ]
+        ALL.iter()
+            .copied()
+            .filter(|strategy| DEFAULTS.contains(&strategy.name()))
+            .collect()
     }
 
     /// The name on the command line and in the reports.
-    pub fn name(self) -> String {
-        value_name(&self)
+    pub fn name(self) -> &'static str {
+        match self {
+            HotStrategy::Lock(lock) => lock.strategy,
+            HotStrategy::RedisAtomic => "redis-atomic",
+        }
     }
 
     /// The lock backend, or `None` for the store's atomic step; `dir` holds the SQLite
     /// lock file.
     pub fn lock_url(self, servers: &Servers, dir: &Path) -> Option<String> {
         match self {
-            HotStrategy::TableLock => Some(format!("sqlite://{}", dir.join("locks.db").display())),
-            HotStrategy::Redis => Some(servers.redis.clone()),
-            HotStrategy::RedisSpin => Some(spin_url(&servers.redis)),
-            HotStrategy::ZooKeeper => Some(servers.zookeeper.clone()),
-            HotStrategy::Etcd => Some(servers.etcd.clone()),
-            HotStrategy::Nats => Some(servers.nats.clone()),
-            HotStrategy::PgAdvisory => Some(servers.postgres.clone()),
-            HotStrategy::MySqlNamed => Some(servers.mysql.clone()),
+            HotStrategy::Lock(lock) => Some(lock_url(lock, servers, &dir.join("locks.db"))),
             HotStrategy::RedisAtomic => None,
         }
     }
 
-    /// Where the stock lives: on the lock's own server where that server can keep it
-    /// (SQLite, PostgreSQL, MySQL), else (ZooKeeper, etcd, NATS) in Redis, like the Redis strategies.
-    /// `sqlite_store` is the SQLite stock file.
-    pub fn store(self, servers: &Servers, sqlite_store: &Path) -> Store {
-        let (database, spec) = match self {
-            HotStrategy::TableLock => (Database::Sqlite, sqlite_store.display().to_string()),
-            HotStrategy::PgAdvisory => (Database::Postgres, servers.postgres.clone()),
-            HotStrategy::MySqlNamed => (Database::MySql, servers.mysql.clone()),
-            HotStrategy::Redis
-            | HotStrategy::RedisSpin
-            | HotStrategy::ZooKeeper
-            | HotStrategy::Etcd
-            | HotStrategy::Nats
-            | HotStrategy::RedisAtomic => (Database::Redis, servers.redis.clone()),
+    /// Which store keeps the stock: the lock's own server where the lock says so (SQLite,
+    /// PostgreSQL, MySQL), else Redis, like the Redis strategies.
+    fn database(self) -> Database {
+        match self {
+            HotStrategy::Lock(lock) if lock.stock_on_server => {
+                Database::on(lock.server).unwrap_or(Database::Redis)
+            }
+            HotStrategy::Lock(_) | HotStrategy::RedisAtomic => Database::Redis,
+        }
+    }
+
+    /// Where the stock lives; `sqlite_store` is the SQLite stock file. `None` when no flag
+    /// names the store's server.
+    pub fn store(self, servers: &Servers, sqlite_store: &Path) -> Option<Store> {
+        let database = self.database();
+        let spec = match database.server_flag() {
+            None => sqlite_store.display().to_string(),
+            Some(flag) => servers.url(flag)?.to_owned(),
         };
-        Store { database, spec }
+        Some(Store { database, spec })
+    }
+}
+
+impl ValueEnum for HotStrategy {
+    fn value_variants<'a>() -> &'a [Self] {
+        &ALL
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        let at = ALL.iter().position(|known| known == self)?;
+        Some(PossibleValue::new(self.name()).help(DESCRIPTIONS[at].as_str()))
     }
 }
 
@@ -96,7 +119,7 @@ pub struct Store {
 impl fmt::Display for HotStrategy {
     /// The name; a width pads it, as in the table.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(&self.name())
+        f.pad(self.name())
     }
 }
 
@@ -105,24 +128,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_hot_item_strategies_keep_the_demo_names() {
-        let names: Vec<String> = HotStrategy::value_variants()
+    fn the_hot_item_strategies_are_the_registry_locks_and_the_ceiling() {
+        let names: Vec<&str> = HotStrategy::value_variants()
             .iter()
             .map(|strategy| strategy.name())
             .collect();
-        assert_eq!(
-            names,
-            [
-                "table-lock",
-                "redis",
-                "redis-spin",
-                "zookeeper",
-                "etcd",
-                "nats",
-                "pg-advisory",
-                "mysql-named",
-                "redis-atomic",
-            ]
-        );
+        let mut expected: Vec<&str> = demo_locks().map(|lock| lock.strategy).collect();
+        expected.push("redis-atomic");
+        assert_eq!(names, expected);
+        let defaults: Vec<&str> = HotStrategy::defaults()
+            .into_iter()
+            .map(HotStrategy::name)
+            .collect();
+        assert_eq!(defaults, DEFAULTS);
+    }
+
+    #[test]
+    fn every_hot_strategy_has_a_description_naming_its_store() {
+        for strategy in HotStrategy::value_variants() {
+            let help = strategy
+                .to_possible_value()
+                .and_then(|value| value.get_help().map(ToString::to_string));
+            let help = help.unwrap_or_default();
+            assert!(
+                help.contains("stock") || help.contains("ceiling"),
+                "{strategy}: {help}"
+            );
+        }
     }
 }
