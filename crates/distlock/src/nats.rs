@@ -314,7 +314,10 @@ impl NatsBackend {
         writes.forget(key, revision);
         match deleted {
             Ok(Some(marker)) => {
-                writes.remember_deleted(key, marker);
+                // Revision 0 stands for a marker of unknown revision (another domain's bucket).
+                if marker > 0 {
+                    writes.remember_deleted(key, marker);
+                }
                 Ok(true)
             }
             Ok(None) => Ok(false),
@@ -608,10 +611,15 @@ impl Backend for NatsBackend {
                     let token = grant.token_at(revision);
                     let holds = grant.holds.saturating_add(1);
                     let again = Grant {
+                        // Never shorter than what is left of the lease: `left` is an estimate
+                        // that runs ahead when this machine's clock does, so the written lease
+                        // is also at least the grant's own, which from a later timestamp ends
+                        // no earlier whatever the clocks say.
+                        lease_ms: lease_ms(lease)
+                            .max(lease_ms(left) + 1)
+                            .max(grant.lease_ms),
                         owner: grant.owner,
                         holds,
-                        // Never shorter than what is left of the lease.
-                        lease_ms: lease_ms(lease).max(lease_ms(left) + 1),
                         token: Some(token),
                     };
                     self.write_grant(OPERATION, &key, again, revision)
