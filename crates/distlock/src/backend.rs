@@ -237,6 +237,14 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// True when each reader of a reader-writer lock kept in the backend's own layout holds
+    /// a server connection of its own (PostgreSQL's shared advisory locks): the readers
+    /// holding at once are then bounded by the connections the server (or the pooler in
+    /// front of it) allows. A backend that wraps another forwards it. Default: false.
+    fn readers_take_a_connection(&self) -> bool {
+        false
+    }
+
     /// Which of `locks` their owners still hold, changing nothing. The client asks after the
     /// backend reported a lost session ([`Backend::session`]). The default asks
     /// [`Backend::holds`] once per lock.

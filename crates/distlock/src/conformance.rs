@@ -262,6 +262,7 @@ macro_rules! conformance_suite {
             promise2_semaphore_permit_loss_and_expiry,
             promise4_cancelled_semaphore_acquire_leaves_nothing,
             promise1_rwlock_writers_exclude_readers_share,
+            promise1_rwlock_readers_hold_together_without_a_limit,
             rwlock_queued_writer_blocks_new_readers,
             promise2_rwlock_write_lost_when_a_part_is_lost,
             promise4_cancelled_write_leaves_nothing,

@@ -5,6 +5,10 @@
 //! `tokio::sync::Mutex`. Use it in tests and in single-process programs. `memory://` makes a
 //! new, private store; `memory://NAME` shares the store called NAME with every client in the
 //! process that uses the same URL.
+//!
+//! Reader-writer locks are kept natively: any number of readers of a name, each with its own
+//! lease, hold one entry together; a writer holds it alone, and a writer waiting in line is
+//! served before readers that came after it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex as StdMutex, OnceLock, Weak};
@@ -19,7 +23,7 @@ use crate::backend::{
     Woken,
 };
 use crate::error::Result;
-use crate::name::LockName;
+use crate::name::{LockKind, LockName};
 use crate::wake::ReleaseSignals;
 
 /// Locks kept in this process's memory.
@@ -35,13 +39,15 @@ struct Store {
 
 #[derive(Debug, Default)]
 struct State {
-    held: HashMap<LockName, Holding>,
+    /// The grants per key ([`key_of`]).
+    held: HashMap<LockName, Grants>,
     /// The last fencing token granted per name. Kept after release so tokens keep growing.
     fencing: HashMap<LockName, u64>,
     /// Release signals per name, present while someone waits.
     releases: ReleaseSignals,
-    /// Waiters per name in arrival order (waiter id, owner); a free lock goes to the first.
-    queues: HashMap<LockName, VecDeque<(u64, Owner)>>,
+    /// Waiters per key in arrival order; a free lock goes to the first, and readers go
+    /// together while no writer waits before them.
+    queues: HashMap<LockName, VecDeque<Queued>>,
     next_waiter: u64,
     /// Published records per key, withdrawn ones kept for their term.
     published: HashMap<LockName, Published>,
@@ -50,6 +56,51 @@ struct State {
 /// How soon a waiter turned away from a free lock reserved for an earlier waiter tries again,
 /// so that it notices when that waiter's grant expires without a release.
 const RESERVED_RECHECK: Duration = Duration::from_millis(10);
+
+/// A waiter in line.
+#[derive(Debug)]
+struct Queued {
+    id: u64,
+    owner: Owner,
+    /// A reader of a reader-writer lock, which may hold beside other readers.
+    shares: bool,
+}
+
+/// What holds one key: one owner (a mutex, a writer), or readers together.
+#[derive(Debug)]
+enum Grants {
+    One(Holding),
+    Readers(HashMap<Owner, Holding>),
+}
+
+impl Grants {
+    fn iter(&self) -> impl Iterator<Item = &Holding> {
+        let (one, readers) = match self {
+            Grants::One(holding) => (Some(holding), None),
+            Grants::Readers(readers) => (None, Some(readers.values())),
+        };
+        one.into_iter().chain(readers.into_iter().flatten())
+    }
+
+    /// How long until the first lease ends.
+    fn first_end(&self, now: Instant) -> Duration {
+        self.iter()
+            .map(|holding| holding.expires_at.saturating_duration_since(now))
+            .min()
+            .unwrap_or_default()
+    }
+}
+
+/// The key a name's grants are kept under, whatever it is locked as: the reads and writes of
+/// a reader-writer lock and the mutex of the same name are one lock (a mutex holds it as a
+/// writer would), which `force_unlock` and `is_locked` of the name see.
+fn key_of(name: &LockName) -> LockName {
+    name.clone().with_kind(LockKind::Exclusive)
+}
+
+fn shares(name: &LockName) -> bool {
+    matches!(name.kind(), LockKind::Read)
+}
 
 #[derive(Debug)]
 struct Holding {
@@ -92,23 +143,61 @@ impl MemoryBackend {
 }
 
 impl State {
-    /// The live holding of `name`, dropping it first if its lease has run out.
-    fn live(&mut self, name: &LockName, now: Instant) -> Option<&mut Holding> {
-        if self.held.get(name).is_some_and(|h| h.expires_at <= now) {
-            self.held.remove(name);
+    /// The live grants of `key`, dropping those whose lease has run out first.
+    fn live(&mut self, key: &LockName, now: Instant) -> Option<&mut Grants> {
+        let ended = match self.held.get_mut(key) {
+            Some(Grants::One(holding)) => holding.expires_at <= now,
+            Some(Grants::Readers(readers)) => {
+                readers.retain(|_, holding| holding.expires_at > now);
+                readers.is_empty()
+            }
+            None => false,
+        };
+        if ended {
+            self.held.remove(key);
         }
-        self.held.get_mut(name)
+        self.held.get_mut(key)
     }
 
-    /// True when a free `name` is reserved for a waiter other than `owner`.
-    fn reserved_for_other(&self, name: &LockName, owner: &Owner) -> bool {
-        self.queues
-            .get(name)
-            .and_then(VecDeque::front)
-            .is_some_and(|(_, first)| first != owner)
+    /// `owner`'s live holding of `key`.
+    fn holding_of(&mut self, key: &LockName, owner: &Owner, now: Instant) -> Option<&mut Holding> {
+        match self.live(key, now)? {
+            Grants::One(holding) => (&holding.owner == owner).then_some(holding),
+            Grants::Readers(readers) => readers.get_mut(owner),
+        }
     }
 
-    fn leave_queue(&mut self, name: &LockName, keep: impl Fn(&(u64, Owner)) -> bool) {
+    /// Drops `owner`'s holding of `key` (every hold).
+    fn remove_holding(&mut self, key: &LockName, owner: &Owner) {
+        let emptied = match self.held.get_mut(key) {
+            Some(Grants::One(holding)) => &holding.owner == owner,
+            Some(Grants::Readers(readers)) => {
+                readers.remove(owner);
+                readers.is_empty()
+            }
+            None => false,
+        };
+        if emptied {
+            self.held.remove(key);
+        }
+    }
+
+    /// True when a free `key` is reserved for a waiter other than `owner`; for a reader,
+    /// when a writer waits in line before it (or at all, when it is not in line).
+    fn reserved_for_other(&self, key: &LockName, owner: &Owner, reader: bool) -> bool {
+        let Some(queue) = self.queues.get(key) else {
+            return false;
+        };
+        if reader {
+            return queue
+                .iter()
+                .take_while(|queued| &queued.owner != owner)
+                .any(|queued| !queued.shares);
+        }
+        queue.front().is_some_and(|first| &first.owner != owner)
+    }
+
+    fn leave_queue(&mut self, name: &LockName, keep: impl Fn(&Queued) -> bool) {
         if let Some(queue) = self.queues.get_mut(name) {
             queue.retain(keep);
             if queue.is_empty() {
@@ -146,7 +235,7 @@ impl Backend for MemoryBackend {
     }
 
     fn supports(&self, kind: &crate::LockKind) -> bool {
-        kind.is_exclusive()
+        matches!(kind, LockKind::Exclusive | LockKind::Read | LockKind::Write)
     }
 
     async fn ping(&self) -> Result<()> {
@@ -160,7 +249,10 @@ impl Backend for MemoryBackend {
         let mut names: Vec<String> = state
             .held
             .iter()
-            .filter(|(name, holding)| holding.expires_at > now && name.as_str().starts_with(prefix))
+            .filter(|(name, grants)| {
+                grants.iter().any(|holding| holding.expires_at > now)
+                    && name.as_str().starts_with(prefix)
+            })
             .map(|(name, _)| name.as_str().to_owned())
             .collect();
         names.sort_unstable();
@@ -176,13 +268,10 @@ impl Backend for MemoryBackend {
         lease: Duration,
     ) -> Result<Acquired> {
         let now = Instant::now();
+        let key = key_of(name);
+        let reader = shares(name);
         let mut state = self.state();
-        if let Some(holding) = state.live(name, now) {
-            if &holding.owner != owner {
-                return Ok(Acquired::Held {
-                    ttl: Some(holding.expires_at - now),
-                });
-            }
+        if let Some(holding) = state.holding_of(&key, owner, now) {
             holding.holds += 1;
             holding.expires_at = holding.expires_at.max(now + lease);
             return Ok(Acquired::Granted {
@@ -190,24 +279,42 @@ impl Backend for MemoryBackend {
                 holds: holding.holds,
             });
         }
-        if state.reserved_for_other(name, owner) {
+        match state.live(&key, now) {
+            Some(Grants::Readers(_)) if reader => {}
+            Some(grants) => {
+                return Ok(Acquired::Held {
+                    ttl: Some(grants.first_end(now)),
+                });
+            }
+            None => {}
+        }
+        if state.reserved_for_other(&key, owner, reader) {
             return Ok(Acquired::Held {
                 ttl: Some(RESERVED_RECHECK),
             });
         }
-        state.leave_queue(name, |(_, waiting)| waiting != owner);
-        let token = state.fencing.entry(name.clone()).or_insert(0);
+        state.leave_queue(&key, |queued| &queued.owner != owner);
+        let token = state.fencing.entry(key.clone()).or_insert(0);
         *token += 1;
         let fencing_token = *token;
-        state.held.insert(
-            name.clone(),
-            Holding {
-                owner: owner.clone(),
-                holds: 1,
-                fencing_token,
-                expires_at: now + lease,
-            },
-        );
+        let holding = Holding {
+            owner: owner.clone(),
+            holds: 1,
+            fencing_token,
+            expires_at: now + lease,
+        };
+        match state.held.get_mut(&key) {
+            Some(Grants::Readers(readers)) => {
+                readers.insert(owner.clone(), holding);
+            }
+            _ if reader => {
+                let readers = HashMap::from([(owner.clone(), holding)]);
+                state.held.insert(key, Grants::Readers(readers));
+            }
+            _ => {
+                state.held.insert(key, Grants::One(holding));
+            }
+        }
         Ok(Acquired::Granted {
             fencing_token,
             holds: 1,
@@ -220,18 +327,19 @@ impl Backend for MemoryBackend {
         owner: &Owner,
         _lease: Duration,
     ) -> Result<Box<dyn ReleaseWaiter>> {
+        let key = key_of(name);
         let mut state = self.state();
-        let receiver = state.releases.subscribe(name.as_str());
+        let receiver = state.releases.subscribe(key.as_str());
         state.next_waiter += 1;
         let id = state.next_waiter;
-        state
-            .queues
-            .entry(name.clone())
-            .or_default()
-            .push_back((id, owner.clone()));
+        state.queues.entry(key.clone()).or_default().push_back(Queued {
+            id,
+            owner: owner.clone(),
+            shares: shares(name),
+        });
         Ok(Box::new(MemoryWaiter {
             store: self.store.clone(),
-            name: name.clone(),
+            name: key,
             id,
             receiver,
         }))
@@ -239,18 +347,22 @@ impl Backend for MemoryBackend {
 
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
         let now = Instant::now();
+        let key = key_of(name);
         let mut state = self.state();
-        let Some(holding) = state.live(name, now) else {
-            return Ok(Released::NotHeld);
+        let Some(holding) = state.holding_of(&key, owner, now) else {
+            // A reader's hold is its own: other readers holding do not make it another's.
+            let other = !shares(name) && state.live(&key, now).is_some();
+            return Ok(if other {
+                Released::HeldByOther
+            } else {
+                Released::NotHeld
+            });
         };
-        if &holding.owner != owner {
-            return Ok(Released::HeldByOther);
-        }
         holding.holds -= 1;
         let remaining_holds = holding.holds;
         if remaining_holds == 0 {
-            state.held.remove(name);
-            state.signal_release(name);
+            state.remove_holding(&key, owner);
+            state.signal_release(&key);
         }
         Ok(Released::Released { remaining_holds })
     }
@@ -263,15 +375,19 @@ impl Backend for MemoryBackend {
         lease: Duration,
     ) -> Result<Extended> {
         let now = Instant::now();
+        let key = key_of(name);
         let mut state = self.state();
-        Ok(match state.live(name, now) {
-            None => Extended::NotHeld,
-            Some(holding) if &holding.owner != owner => Extended::HeldByOther,
-            Some(holding) if holding.fencing_token != fencing_token => Extended::NotHeld,
-            Some(holding) => {
-                holding.expires_at = now + lease;
-                Extended::Extended
+        if let Some(holding) = state.holding_of(&key, owner, now) {
+            if holding.fencing_token != fencing_token {
+                return Ok(Extended::NotHeld);
             }
+            holding.expires_at = now + lease;
+            return Ok(Extended::Extended);
+        }
+        Ok(if !shares(name) && state.live(&key, now).is_some() {
+            Extended::HeldByOther
+        } else {
+            Extended::NotHeld
         })
     }
 
@@ -280,36 +396,48 @@ impl Backend for MemoryBackend {
         let mut state = self.state();
         Ok(locks
             .iter()
-            .map(|renewing| match state.live(&renewing.lock.0, now) {
-                Some(holding)
-                    if holding.owner == renewing.lock.1
-                        && holding.fencing_token == renewing.fencing_token =>
-                {
-                    holding.expires_at = now + lease;
-                    true
+            .map(|renewing| {
+                let (name, owner) = &renewing.lock;
+                match state.holding_of(&key_of(name), owner, now) {
+                    Some(holding) if holding.fencing_token == renewing.fencing_token => {
+                        holding.expires_at = now + lease;
+                        true
+                    }
+                    _ => false,
                 }
-                _ => false,
             })
             .collect())
     }
 
     async fn is_locked(&self, name: &LockName) -> Result<bool> {
-        Ok(self.state().live(name, Instant::now()).is_some())
+        Ok(self.state().live(&key_of(name), Instant::now()).is_some())
     }
 
     async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
-        Ok(match self.state().live(name, Instant::now()) {
-            Some(holding) if &holding.owner == owner => holding.holds,
-            _ => 0,
-        })
+        Ok(self
+            .state()
+            .holding_of(&key_of(name), owner, Instant::now())
+            .map_or(0, |holding| holding.holds))
     }
 
     async fn inspect(&self, name: &LockName) -> Result<LockInfo> {
         let now = Instant::now();
+        let key = key_of(name);
         let mut state = self.state();
-        let waiters = state.queues.get(name).map_or(0, |queue| queue.len() as u64);
-        Ok(match state.live(name, now) {
-            Some(holding) => LockInfo {
+        let waiters = state.queues.get(&key).map_or(0, |queue| queue.len() as u64);
+        Ok(match state.live(&key, now) {
+            Some(Grants::Readers(readers)) => LockInfo {
+                locked: true,
+                holder: None,
+                holds: Some(readers.values().map(|holding| holding.holds).sum()),
+                fencing_token: readers.values().map(|holding| holding.fencing_token).max(),
+                remaining_lease: readers
+                    .values()
+                    .map(|holding| holding.expires_at.saturating_duration_since(now))
+                    .max(),
+                waiters: Some(waiters),
+            },
+            Some(Grants::One(holding)) => LockInfo {
                 locked: true,
                 holder: Some(holding.owner.as_str().to_owned()),
                 holds: Some(holding.holds),
@@ -325,11 +453,12 @@ impl Backend for MemoryBackend {
     }
 
     async fn force_unlock(&self, name: &LockName) -> Result<bool> {
+        let key = key_of(name);
         let mut state = self.state();
-        let was_held = state.live(name, Instant::now()).is_some();
+        let was_held = state.live(&key, Instant::now()).is_some();
         if was_held {
-            state.held.remove(name);
-            state.signal_release(name);
+            state.held.remove(&key);
+            state.signal_release(&key);
         }
         Ok(was_held)
     }
@@ -377,15 +506,21 @@ impl Drop for MemoryWaiter {
             .state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let was_first = state
+        let id = self.id;
+        let Some(at) = state
             .queues
             .get(&self.name)
-            .and_then(VecDeque::front)
-            .is_some_and(|(id, _)| *id == self.id);
-        let id = self.id;
-        state.leave_queue(&self.name, |(waiting, _)| *waiting != id);
-        if was_first {
-            // The next waiter may now take a free lock.
+            .and_then(|queue| queue.iter().position(|queued| queued.id == id))
+        else {
+            return;
+        };
+        let writer = state.queues[&self.name]
+            .get(at)
+            .is_some_and(|queued| !queued.shares);
+        state.leave_queue(&self.name, |queued| queued.id != id);
+        if at == 0 || writer {
+            // The next waiter may now take a free lock, or readers that waited behind
+            // this writer may join the readers holding.
             state.signal_release(&self.name);
         }
     }

@@ -20,8 +20,8 @@ use crate::semaphore::Semaphore;
 pub(crate) const READER_SLOTS: u32 = 16;
 
 /// A reader-writer lock, made by [`Locks::rwlock`](crate::Locks::rwlock): any number of
-/// readers (up to [`RwLock::READER_SLOTS`], except on ZooKeeper and PostgreSQL advisory locks) or
-/// one writer.
+/// readers (up to [`RwLock::READER_SLOTS`], except where the backend keeps the lock in its own
+/// layout: [`RwLock::is_native`]) or one writer.
 ///
 /// # On ZooKeeper: Curator's layout
 /// On `zk://` ([`RwLock::is_native`]) readers and writers are the `__READ__` and `__WRIT__`
@@ -36,6 +36,14 @@ pub(crate) const READER_SLOTS: u32 = 16;
 /// On `postgres://` (advisory mode) a reader holds the name's advisory key in shared mode, a
 /// writer in exclusive mode, each on a connection of its own; the server queues a reader
 /// behind a waiting writer, and the fencing counter bumped with each grant orders them.
+/// Readers holding at once are bounded by the connections the server (or the pooler in front
+/// of it) allows.
+///
+/// # In memory: one entry per name
+/// On `memory://` the readers of a name, each with its own lease, hold one entry together,
+/// and a writer holds it alone. Waiters are served in arrival order, readers that follow one
+/// another together; a waiting writer is served before the readers that came after it. A
+/// mutex of the same name is the same lock (it holds it as a writer would).
 ///
 /// # How it works elsewhere
 /// Two kinds of lock names: a gate, `<name>#gate`, and [`RwLock::READER_SLOTS`] reader slots,
@@ -203,9 +211,15 @@ impl RwLock {
     }
 
     /// True when the backend keeps this lock in its own layout (ZooKeeper: Curator's;
-    /// PostgreSQL advisory locks: shared advisory locks).
+    /// PostgreSQL advisory locks: shared advisory locks; memory: one entry per name).
     pub fn is_native(&self) -> bool {
         self.native.is_some()
+    }
+
+    /// True when each reader holds a server connection of its own (PostgreSQL advisory
+    /// locks), so that the server's connection limit bounds the readers.
+    pub(crate) fn readers_take_a_connection(&self) -> bool {
+        self.native.is_some() && self.client.backend.readers_take_a_connection()
     }
 
     /// The backend's own lock of `kind` on the name, acquired as a new owner.

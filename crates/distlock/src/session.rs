@@ -305,6 +305,11 @@ impl<D: Dialect> Backend for SessionBackend<D> {
         true
     }
 
+    /// A reader takes a session of its own (see `try_acquire`).
+    fn readers_take_a_connection(&self) -> bool {
+        D::keeps(&LockKind::Read)
+    }
+
     fn scheme(&self) -> &'static str {
         D::SCHEME
     }

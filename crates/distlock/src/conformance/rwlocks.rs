@@ -208,3 +208,77 @@ pub async fn promise4_cancelled_write_leaves_nothing(target: &Target) {
         "only {dropped_while_pending} writes were dropped while pending"
     );
 }
+
+/// How many readers [`promise1_rwlock_readers_hold_together_without_a_limit`] holds at once
+/// where the backend keeps the lock in its own layout.
+const MANY_READERS: usize = 200;
+
+/// As [`MANY_READERS`] where each reader holds a server connection (PostgreSQL advisory
+/// locks): within the test servers' connection limits beside the other tests.
+const READERS_ON_CONNECTIONS: usize = 16;
+
+/// Promise 1 with many readers: in the backend's own layout, [`MANY_READERS`] readers of four
+/// clients hold at once (no reader limit; [`READERS_ON_CONNECTIONS`] where each takes a
+/// server connection), a writer is refused beside them and granted once they are gone, with
+/// a token above every read's. Built on the mutex, the readers stop at
+/// [`crate::RwLock::READER_SLOTS`].
+pub async fn promise1_rwlock_readers_hold_together_without_a_limit(target: &Target) {
+    let name = unique("rwlock_many_readers");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(target).await);
+    }
+    let lock = clients[0].rwlock(name.as_str()).unwrap();
+    let readers = if lock.readers_take_a_connection() {
+        READERS_ON_CONNECTIONS
+    } else if lock.is_native() {
+        MANY_READERS
+    } else {
+        crate::rwlock::READER_SLOTS as usize
+    };
+    let wait = AcquireOptions::new().wait(Duration::from_secs(60));
+    let reads = (0..readers).map(|reader| {
+        let lock = clients[reader % clients.len()]
+            .rwlock(name.as_str())
+            .unwrap();
+        async move {
+            lock.read_with(wait)
+                .await
+                .unwrap_or_else(|e| panic!("reader {reader}: {e}"))
+        }
+    });
+    let reads = tokio::time::timeout(
+        Duration::from_secs(120),
+        futures_util::future::join_all(reads),
+    )
+    .await
+    .expect("the readers were not all granted together");
+    let most = reads.iter().map(crate::ReadGuard::fencing_token).max();
+    let writer = clients[1].rwlock(name.as_str()).unwrap();
+    assert!(
+        writer.try_write().await.unwrap().is_none(),
+        "a writer beside {readers} readers"
+    );
+    if !lock.is_native() {
+        assert!(
+            lock.try_read().await.unwrap().is_none(),
+            "a reader beyond the slots"
+        );
+    }
+    for read in reads {
+        assert!(
+            read.slot().loss_reason().is_none(),
+            "a reader lost its lock"
+        );
+        read.release().await.expect("release a reader");
+    }
+    let write = writer
+        .write_with(AcquireOptions::new().wait(Duration::from_secs(20)))
+        .await
+        .expect("the writer after the readers left");
+    assert!(
+        Some(write.fencing_token()) > most,
+        "a write's token not above every read's"
+    );
+    write.release().await.unwrap();
+}

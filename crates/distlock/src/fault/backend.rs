@@ -336,6 +336,10 @@ impl Backend for FaultyBackend {
         self.inner.attempts_share_a_connection()
     }
 
+    fn readers_take_a_connection(&self) -> bool {
+        self.inner.readers_take_a_connection()
+    }
+
     /// False whatever the inner backend does: a reply this wrapper loses after the inner
     /// attempt took effect is no failure of the inner backend's, which would not undo it.
     fn undoes_failed_attempts(&self) -> bool {
