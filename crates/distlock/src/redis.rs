@@ -70,6 +70,14 @@ const TICKET_STALE: Duration = Duration::from_secs(1);
 /// The lease a handover grants (fair mode); the new holder then extends it to the lease it
 /// asked for. A waiter that died while first in line holds a lock back this long at most.
 const HANDOVER_LEASE: Duration = Duration::from_secs(1);
+
+/// How long a writer of a reader-writer lock that was turned away keeps later readers out
+/// (its mark in `:writers`), unless it asks again: a writer that gave up or was cancelled
+/// holds readers off this long at most.
+const WRITER_MARK: Duration = Duration::from_secs(2);
+
+/// How soon a writer that was turned away asks again at the latest, refreshing its mark.
+const WRITER_RECHECK: Duration = Duration::from_millis(500);
 /// How often a queued waiter marks itself seen, and asks again (fair mode).
 const TICKET_REFRESH: Duration = Duration::from_millis(250);
 
@@ -82,6 +90,8 @@ struct Keys {
     seen: String,
     ticket: String,
     terms: String,
+    /// The writers of a reader-writer lock waiting, each until its mark's end.
+    writers: String,
 }
 
 impl Keys {
@@ -112,6 +122,7 @@ impl Keys {
             seen: format!("distlock:{{{tag}}}:seen"),
             ticket: format!("distlock:{{{tag}}}:ticket"),
             terms: format!("distlock:{{{tag}}}:terms"),
+            writers: format!("distlock:{{{tag}}}:writers"),
         }
     }
 }
@@ -249,7 +260,10 @@ impl Backend for RedisBackend {
     }
 
     fn supports(&self, kind: &crate::LockKind) -> bool {
-        kind.is_exclusive()
+        matches!(
+            kind,
+            crate::LockKind::Exclusive | crate::LockKind::Read | crate::LockKind::Write
+        )
     }
 
     async fn ping(&self) -> Result<()> {
@@ -267,7 +281,21 @@ impl Backend for RedisBackend {
         lease: Duration,
     ) -> Result<Acquired> {
         let keys = Keys::of(name);
-        let reply: Vec<i64> = if self.fair {
+        let reader = matches!(name.kind(), crate::LockKind::Read);
+        let reply: Vec<i64> = if !name.kind().is_exclusive() {
+            self.scripts
+                .rw_acquire
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.writers)
+                .arg(owner.as_str())
+                .arg(millis(lease))
+                .arg(u8::from(reader))
+                .arg(millis(WRITER_MARK))
+                .arg(millis(WRITER_RECHECK))
+                .invoke_async(&mut self.connection.clone())
+                .await
+        } else if self.fair {
             self.scripts
                 .acquire_fair
                 .key(&keys.lock)
@@ -306,7 +334,9 @@ impl Backend for RedisBackend {
         let keys = Keys::of(name);
         // Listen first, then queue: an announcement naming us cannot come before we listen.
         let mut waiter = self.listen(&keys).await?;
-        if self.fair {
+        // A reader-writer lock's waiters are not queued: they listen, and a waiting writer's
+        // mark keeps later readers out.
+        if self.fair && name.kind().is_exclusive() {
             let id = format!("{}#{:x}", owner.as_str(), fastrand::u64(..));
             // The waiter's own channel, listened to before it queues, as the lock's is.
             let own = format!("{}>{id}", keys.channel);
@@ -343,8 +373,13 @@ impl Backend for RedisBackend {
 
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
         let keys = Keys::of(name);
+        let script = if matches!(name.kind(), crate::LockKind::Read) {
+            &self.scripts.rw_release
+        } else {
+            &self.scripts.release
+        };
         let reply: i64 = keys
-            .passing_on(&self.scripts.release)
+            .passing_on(script)
             .arg(owner.as_str())
             .arg(millis(TICKET_STALE))
             .invoke_async(&mut self.connection.clone())
@@ -625,7 +660,9 @@ impl RedisBackend {
         };
         // EVAL, not EVALSHA: sent once per node and renewal round, and never NOSCRIPT.
         let mut call = redis::cmd("EVAL");
-        call.arg(scripts::RENEW_ON_NODE).arg(0).arg(millis(lease));
+        call.arg(&self.scripts.renew_on_node)
+            .arg(0)
+            .arg(millis(lease));
         for &i in &share {
             call.arg(&keys[i])
                 .arg(locks[i].lock.1.as_str())
@@ -659,6 +696,8 @@ mod tests {
             &keys.queue,
             &keys.seen,
             &keys.ticket,
+            &keys.terms,
+            &keys.writers,
         ] {
             assert!(key.starts_with(&format!("distlock:{tag}:")), "{key}");
         }

@@ -59,18 +59,42 @@ const ENQUEUE: &str = include_str!("lua/enqueue.lua");
 /// then), is given back (one hold); a free lock is passed on to the next waiter.
 const LEAVE: &str = include_str!("lua/leave.lua");
 
-/// KEYS: lock. ARGV: owner, lease ms. Returns 1 when extended, -1 when free, -2 when held by
-/// another.
+/// KEYS: lock. ARGV: owner, lease ms, token. Returns 1 when extended, -1 when free (or the
+/// token is another grant's), -2 when held by another. A reader's lease is its own.
 const EXTEND: &str = include_str!("lua/extend.lua");
 
-/// KEYS: the locks. ARGV: lease ms, then one owner per key. Returns 1 or 0 per key.
+/// KEYS: the locks. ARGV: lease ms, then an owner and a token per key. Returns 1 or 0 per
+/// key: 1 when the owner still holds that grant (as the holder, or as a reader whose lease
+/// had not ended).
 const RENEW: &str = include_str!("lua/renew.lua");
+
+/// Lua: the readers of a reader-writer lock, kept in the lock's hash beside the mutex's
+/// fields. While readers hold, `:mode` is `r` and each reader has its holds under its owner,
+/// its token under `:t:<owner>` and the end of its own lease (server milliseconds) under
+/// `:e:<owner>`; the key lives until the last reader's lease ends. A writer holds the hash
+/// as a mutex does, so a mutex of the same name is the same lock. `live_readers` drops the
+/// readers whose lease ended (and the key with the last); `renew_one` renews a reader's or a
+/// holder's grant by its token. Prefixed after GRANTING (and LIVE_HEAD where a script passes
+/// a freed lock on).
+const READERS: &str = include_str!("lua/readers.lua");
+
+/// KEYS: lock, fence, writers. ARGV: owner, lease ms, `1` for a reader (`0`: a writer),
+/// mark ms, recheck ms. Writer preference: a writer turned away marks itself in the sorted
+/// set `writers` until `mark` ms from now, and is told to try again within `recheck` ms (so
+/// its mark stays fresh while it waits); a reader is turned away while any writer's mark is
+/// fresh. Replies as ACQUIRE.
+const RW_ACQUIRE: &str = include_str!("lua/rw_acquire.lua");
+
+/// KEYS: lock, fence, channel, queue, seen, terms. ARGV: owner, stale ms. A reader's release:
+/// the holds left, or -1 when the owner is no reader holding it (a reader's hold is its own);
+/// the last reader's release frees the lock and passes it on as RELEASE does.
+const RW_RELEASE: &str = include_str!("lua/rw_release.lua");
 
 /// No KEYS. ARGV: lease ms, then lock key and owner pairs, all served by the node that runs
 /// it. As RENEW, for a Cluster node: the keys are not declared because they span slots,
 /// which Redis 7 allows with this flag for keys of the node's own slots (and refuses
 /// otherwise, as after a slot moved).
-pub(super) const RENEW_ON_NODE: &str = include_str!("lua/renew_on_node.lua");
+const RENEW_ON_NODE: &str = include_str!("lua/renew_on_node.lua");
 
 /// KEYS: lock, fence, channel, queue, seen, terms. ARGV: stale ms. Returns 1 when the lock
 /// was held; the freed lock is passed on as by a release.
@@ -92,6 +116,10 @@ pub(super) struct Scripts {
     pub(super) renew: Script,
     pub(super) force_unlock: Script,
     pub(super) enqueue: Script,
+    pub(super) rw_acquire: Script,
+    pub(super) rw_release: Script,
+    /// RENEW_ON_NODE with its helpers, sent as the text of an EVAL.
+    pub(super) renew_on_node: String,
     pub(super) leave: Script,
     pub(super) publish_record: Script,
     pub(super) withdraw_record: Script,
@@ -106,8 +134,15 @@ impl Scripts {
             acquire: script(format!("{GRANTING}{ACQUIRE}")),
             acquire_fair: script(format!("{GRANTING}{LIVE_HEAD}{ACQUIRE_FAIR}")),
             release: script(format!("{GRANTING}{LIVE_HEAD}{RELEASE}")),
-            extend: script(EXTEND.to_owned()),
-            renew: script(RENEW.to_owned()),
+            extend: script(format!("{READERS}{EXTEND}")),
+            renew: script(format!("{READERS}{RENEW}")),
+            rw_acquire: script(format!("{GRANTING}{READERS}{RW_ACQUIRE}")),
+            rw_release: script(format!("{GRANTING}{LIVE_HEAD}{READERS}{RW_RELEASE}")),
+            // The flags line comes first.
+            renew_on_node: match RENEW_ON_NODE.split_once('\n') {
+                Some((flags, body)) => format!("{flags}\n{READERS}{body}"),
+                None => RENEW_ON_NODE.to_owned(),
+            },
             force_unlock: script(format!("{GRANTING}{LIVE_HEAD}{FORCE_UNLOCK}")),
             enqueue: script(ENQUEUE.to_owned()),
             leave: script(format!("{GRANTING}{LIVE_HEAD}{LEAVE}")),

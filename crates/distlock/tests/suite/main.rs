@@ -54,6 +54,8 @@ mod redis_failover;
 #[cfg(all(feature = "redis", feature = "conformance"))]
 mod redis_handover;
 #[cfg(all(feature = "redis", feature = "conformance"))]
+mod redis_rwlock;
+#[cfg(all(feature = "redis", feature = "conformance"))]
 mod redis_tls;
 #[cfg(all(feature = "redis", feature = "conformance"))]
 mod redlock;

@@ -1,5 +1,5 @@
 
-local function grant(lock, fence, owner, lease)
+local function next_token(fence)
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local token = redis.call('incr', fence)
@@ -7,6 +7,10 @@ local function grant(lock, fence, owner, lease)
     token = now
     redis.call('set', fence, string.format('%.0f', now))
   end
+  return token
+end
+local function grant(lock, fence, owner, lease)
+  local token = next_token(fence)
   redis.call('hset', lock, owner, 1, ':token', string.format('%.0f', token))
   redis.call('pexpire', lock, lease)
   return {1, token, 1}

@@ -1,11 +1,6 @@
 local renewed = {}
+local now = now_ms()
 for i, lock in ipairs(KEYS) do
-  if redis.call('hexists', lock, ARGV[2 * i]) == 1
-    and redis.call('hget', lock, ':token') == ARGV[2 * i + 1] then
-    redis.call('pexpire', lock, ARGV[1])
-    renewed[i] = 1
-  else
-    renewed[i] = 0
-  end
+  renewed[i] = renew_one(lock, ARGV[2 * i], ARGV[2 * i + 1], tonumber(ARGV[1]), now)
 end
 return renewed
