@@ -39,6 +39,14 @@ pub(crate) const READER_SLOTS: u32 = 16;
 /// Readers holding at once are bounded by the connections the server (or the pooler in front
 /// of it) allows.
 ///
+/// # On Redis: readers in the lock's hash
+/// On `redis://` (standalone, Sentinel and Cluster; not the Redlock) readers hold the
+/// name's lock hash together, each with its own lease and token, and a writer holds it as a
+/// mutex does (one script per acquisition and per release). A writer turned away marks
+/// itself for 2 s at a time, and readers are turned away while a mark is fresh, so a
+/// cancelled writer holds readers off 2 s at most. A mutex of the same name is the same
+/// lock.
+///
 /// # In memory: one entry per name
 /// On `memory://` the readers of a name, each with its own lease, hold one entry together,
 /// and a writer holds it alone. Waiters are served in arrival order, readers that follow one
@@ -211,7 +219,8 @@ impl RwLock {
     }
 
     /// True when the backend keeps this lock in its own layout (ZooKeeper: Curator's;
-    /// PostgreSQL advisory locks: shared advisory locks; memory: one entry per name).
+    /// PostgreSQL advisory locks: shared advisory locks; Redis: the lock's hash; memory: one
+    /// entry per name).
     pub fn is_native(&self) -> bool {
         self.native.is_some()
     }
