@@ -271,7 +271,12 @@ impl Backend for MemoryBackend {
         let key = key_of(name);
         let reader = shares(name);
         let mut state = self.state();
-        if let Some(holding) = state.holding_of(&key, owner, now) {
+        let same_kind = match state.live(&key, now) {
+            Some(Grants::Readers(_)) => reader,
+            Some(Grants::One(_)) => !reader,
+            None => false,
+        };
+        if same_kind && let Some(holding) = state.holding_of(&key, owner, now) {
             holding.holds += 1;
             holding.expires_at = holding.expires_at.max(now + lease);
             return Ok(Acquired::Granted {

@@ -61,7 +61,7 @@ pub mod redlock;
 mod scripts;
 mod waiter;
 
-use self::waiter::{Queued, RedisWaiter, SpinWaiter};
+use self::waiter::{Queued, RedisWaiter, SpinWaiter, WriterMark};
 
 pub(crate) const SCHEME: &str = "redis";
 
@@ -328,12 +328,17 @@ impl Backend for RedisBackend {
         owner: &Owner,
         lease: Duration,
     ) -> Result<Box<dyn ReleaseWaiter>> {
-        if self.spin {
-            return Ok(Box::new(SpinWaiter { sleep: SPIN_FIRST }));
-        }
         let keys = Keys::of(name);
+        let writer_mark = self.mark_writer(name, owner, &keys).await?;
+        if self.spin {
+            return Ok(Box::new(SpinWaiter {
+                sleep: SPIN_FIRST,
+                writer_mark,
+            }));
+        }
         // Listen first, then queue: an announcement naming us cannot come before we listen.
         let mut waiter = self.listen(&keys).await?;
+        waiter.writer_mark = writer_mark;
         // A reader-writer lock's waiters are not queued: they listen, and a waiting writer's
         // mark keeps later readers out.
         if self.fair && name.kind().is_exclusive() {
@@ -412,9 +417,11 @@ impl Backend for RedisBackend {
             .invoke_async(&mut self.connection.clone())
             .await
             .map_err(backend_error("extend"))?;
+        // A reader's hold is its own: other readers holding do not make it another's.
+        let reader = matches!(name.kind(), crate::LockKind::Read);
         Ok(match reply {
             1 => Extended::Extended,
-            -2 => Extended::HeldByOther,
+            -2 if !reader => Extended::HeldByOther,
             _ => Extended::NotHeld,
         })
     }
@@ -486,6 +493,18 @@ impl Backend for RedisBackend {
     }
 
     async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
+        if matches!(name.kind(), crate::LockKind::Read) {
+            // A reader's own lease may have ended while other readers keep the key.
+            let holds: i64 = self
+                .scripts
+                .rw_holds
+                .key(Keys::of(name).lock)
+                .arg(owner.as_str())
+                .invoke_async(&mut self.connection.clone())
+                .await
+                .map_err(backend_error("query the lock"))?;
+            return Ok(u32::try_from(holds).unwrap_or(0));
+        }
         let holds: Option<i64> = redis::cmd("HGET")
             .arg(Keys::of(name).lock)
             .arg(owner.as_str())
@@ -536,6 +555,7 @@ impl RedisBackend {
             own: None,
             queued: None,
             handed: None,
+            writer_mark: None,
         })
     }
 
@@ -643,6 +663,37 @@ impl RedisBackend {
             owners.push((start, end, (host, port)));
         }
         Some(owners)
+    }
+
+    /// For a writer of a reader-writer lock that begins to wait: its mark, which turns later
+    /// readers away while it waits (writer preference). `None` for anyone else.
+    async fn mark_writer(
+        &self,
+        name: &LockName,
+        owner: &Owner,
+        keys: &Keys,
+    ) -> Result<Option<WriterMark>> {
+        if !matches!(name.kind(), crate::LockKind::Write) {
+            return Ok(None);
+        }
+        // Made before the request: a mark whose reply was lost is taken away all the same
+        // when it is dropped, and ends by itself.
+        let mark = WriterMark {
+            backend: self.clone(),
+            writers: keys.writers.clone(),
+            owner: owner.as_str().to_owned(),
+            removed: false,
+        };
+        let _: i64 = self
+            .scripts
+            .rw_mark
+            .key(&mark.writers)
+            .arg(&mark.owner)
+            .arg(millis(WRITER_MARK))
+            .invoke_async(&mut self.connection.clone())
+            .await
+            .map_err(backend_error("mark a waiting writer"))?;
+        Ok(Some(mark))
     }
 
     /// Renews one node's share of the locks in one script call sent to that node. Returns

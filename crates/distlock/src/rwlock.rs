@@ -42,10 +42,10 @@ pub(crate) const READER_SLOTS: u32 = 16;
 /// # On Redis: readers in the lock's hash
 /// On `redis://` (standalone, Sentinel and Cluster; not the Redlock) readers hold the
 /// name's lock hash together, each with its own lease and token, and a writer holds it as a
-/// mutex does (one script per acquisition and per release). A writer turned away marks
-/// itself for 2 s at a time, and readers are turned away while a mark is fresh, so a
-/// cancelled writer holds readers off 2 s at most. A mutex of the same name is the same
-/// lock.
+/// mutex does (one script per acquisition and per release). A writer that waits marks
+/// itself for 2 s at a time, and readers are turned away while a mark is fresh; the waiter
+/// takes its mark away when it goes, and a mark left behind ends within 2 s. A mutex of the
+/// same name is the same lock.
 ///
 /// # In memory: one entry per name
 /// On `memory://` the readers of a name, each with its own lease, hold one entry together,

@@ -79,11 +79,20 @@ const RENEW: &str = include_str!("lua/renew.lua");
 const READERS: &str = include_str!("lua/readers.lua");
 
 /// KEYS: lock, fence, writers. ARGV: owner, lease ms, `1` for a reader (`0`: a writer),
-/// mark ms, recheck ms. Writer preference: a writer turned away marks itself in the sorted
-/// set `writers` until `mark` ms from now, and is told to try again within `recheck` ms (so
-/// its mark stays fresh while it waits); a reader is turned away while any writer's mark is
-/// fresh. Replies as ACQUIRE.
+/// mark ms, recheck ms. Writer preference: a reader is turned away while any writer's mark
+/// in the sorted set `writers` is fresh; a writer turned away that has a mark (it marked
+/// itself with RW_MARK when it began to wait) moves it to `mark` ms from now, and anyone
+/// turned away is told to try again within `recheck` ms, so a waiting writer's mark stays
+/// fresh. A writer's grant takes its mark away. Replies as ACQUIRE.
 const RW_ACQUIRE: &str = include_str!("lua/rw_acquire.lua");
+
+/// KEYS: writers. ARGV: owner, mark ms. A writer that begins to wait marks itself until
+/// `mark` ms from now (its waiter takes the mark away when it goes).
+const RW_MARK: &str = include_str!("lua/rw_mark.lua");
+
+/// KEYS: lock. ARGV: owner. A reader's holds: 0 once its own lease ended, even while other
+/// readers keep the key.
+const RW_HOLDS: &str = include_str!("lua/rw_holds.lua");
 
 /// KEYS: lock, fence, channel, queue, seen, terms. ARGV: owner, stale ms. A reader's release:
 /// the holds left, or -1 when the owner is no reader holding it (a reader's hold is its own);
@@ -118,6 +127,8 @@ pub(super) struct Scripts {
     pub(super) enqueue: Script,
     pub(super) rw_acquire: Script,
     pub(super) rw_release: Script,
+    pub(super) rw_mark: Script,
+    pub(super) rw_holds: Script,
     /// RENEW_ON_NODE with its helpers, sent as the text of an EVAL.
     pub(super) renew_on_node: String,
     pub(super) leave: Script,
@@ -138,6 +149,8 @@ impl Scripts {
             renew: script(format!("{READERS}{RENEW}")),
             rw_acquire: script(format!("{GRANTING}{READERS}{RW_ACQUIRE}")),
             rw_release: script(format!("{GRANTING}{LIVE_HEAD}{READERS}{RW_RELEASE}")),
+            rw_mark: script(format!("{READERS}{RW_MARK}")),
+            rw_holds: script(format!("{READERS}{RW_HOLDS}")),
             // The flags line comes first.
             renew_on_node: match RENEW_ON_NODE.split_once('\n') {
                 Some((flags, body)) => format!("{flags}\n{READERS}{body}"),

@@ -6,10 +6,18 @@ use super::*;
 /// The spin lock's waiting: sleep, then let the caller ask again.
 pub(super) struct SpinWaiter {
     pub(super) sleep: Duration,
+    /// A waiting writer of a reader-writer lock: its mark, taken away when it goes.
+    pub(super) writer_mark: Option<WriterMark>,
 }
 
 #[async_trait]
 impl ReleaseWaiter for SpinWaiter {
+    async fn leave(&mut self) {
+        if let Some(mark) = self.writer_mark.as_mut() {
+            mark.remove().await;
+        }
+    }
+
     async fn wait(&mut self, max: Duration) -> Woken {
         // Jitter keeps waiters that started together from asking together.
         let nap = self.sleep.mul_f64(0.5 + fastrand::f64());
@@ -31,6 +39,53 @@ pub(super) struct RedisWaiter {
     pub(super) queued: Option<Queued>,
     /// A handover learnt of while queueing, returned by the next wait.
     pub(super) handed: Option<Woken>,
+    /// A waiting writer of a reader-writer lock: its mark, taken away when it goes.
+    pub(super) writer_mark: Option<WriterMark>,
+}
+
+/// A waiting writer's mark in `distlock:{E}:writers`, which turns later readers away; taken
+/// away when the waiter leaves or is dropped.
+pub(super) struct WriterMark {
+    pub(super) backend: RedisBackend,
+    pub(super) writers: String,
+    pub(super) owner: String,
+    /// Taken away (or never made): nothing to do on drop.
+    pub(super) removed: bool,
+}
+
+impl WriterMark {
+    /// Takes the mark away. Best effort: a mark left behind ends by itself.
+    pub(super) async fn remove(&mut self) {
+        self.removed = remove_mark(&self.backend, &self.writers, &self.owner).await;
+    }
+}
+
+/// Takes `owner`'s mark out of `writers`: true when the server answered.
+async fn remove_mark(backend: &RedisBackend, writers: &str, owner: &str) -> bool {
+    let removed: redis::RedisResult<i64> = redis::cmd("ZREM")
+        .arg(writers)
+        .arg(owner)
+        .query_async(&mut backend.connection.clone())
+        .await;
+    removed.is_ok()
+}
+
+impl Drop for WriterMark {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let backend = self.backend.clone();
+            let (writers, owner) = (
+                std::mem::take(&mut self.writers),
+                std::mem::take(&mut self.owner),
+            );
+            crate::cleanup::spawn_on(&runtime, async move {
+                remove_mark(&backend, &writers, &owner).await;
+            });
+        }
+    }
 }
 
 /// A waiter's place in a fair lock's queue.
@@ -161,6 +216,9 @@ impl RedisWaiter {
 #[async_trait]
 impl ReleaseWaiter for RedisWaiter {
     async fn leave(&mut self) {
+        if let Some(mark) = self.writer_mark.as_mut() {
+            mark.remove().await;
+        }
         // Forgotten only once left: cancelled before, the drop leaves again.
         if let Some(queued) = self.queued.as_ref()
             && queued.leave().await.is_ok()

@@ -109,3 +109,27 @@ async fn promise2_each_reader_keeps_its_own_lease() {
     assert!(write.fencing_token() > long_token);
     write.release().await.unwrap();
 }
+
+/// Promise 4: a writer's try that finds readers leaves no mark: readers that come after it
+/// are granted at once, however often it tries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise4_a_writers_try_leaves_no_mark() {
+    let (locks, other) = (client().await, client().await);
+    let name = unique("try-write");
+    let lock = locks.rwlock(name.as_str()).unwrap();
+    let first = lock.read().await.unwrap();
+    let writer = other.rwlock(name.as_str()).unwrap();
+    for round in 0..20 {
+        assert!(
+            writer.try_write().await.unwrap().is_none(),
+            "round {round}: a writer beside a reader"
+        );
+        let read = lock
+            .try_read()
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("round {round}: a writer's try turned a reader away"));
+        read.release().await.unwrap();
+    }
+    first.release().await.unwrap();
+}

@@ -6,8 +6,18 @@ local now = now_ms()
 local function writer_waits()
   return #redis.call('zrange', writers, '(' .. now, '+inf', 'BYSCORE', 'LIMIT', 0, 1) > 0
 end
+-- A waiting writer (one that marked itself when it began to wait) keeps its mark fresh.
+local function turned_away(pttl)
+  if not reader and redis.call('zscore', writers, owner) then
+    redis.call('zadd', writers, now + mark, owner)
+    redis.call('pexpire', writers, mark)
+  end
+  if pttl > recheck then pttl = recheck end
+  return {0, pttl}
+end
 local readers = live_readers(lock, now)
 if readers > 0 then
+  if not reader then return turned_away(recheck) end
   if reader_ends(lock, owner, now) then
     local holds = redis.call('hincrby', lock, owner, 1)
     if reader_ends(lock, owner, now) < now + lease then
@@ -17,21 +27,12 @@ if readers > 0 then
     return {1, tonumber(redis.call('hget', lock, ':t:' .. owner)), holds}
   end
 elseif redis.call('exists', lock) == 1 then
-  if redis.call('hexists', lock, owner) == 1 then return reenter(lock, owner, lease) end
-  if not reader then
-    redis.call('zadd', writers, now + mark, owner)
-    redis.call('pexpire', writers, mark)
+  if not reader and redis.call('hexists', lock, owner) == 1 then
+    return reenter(lock, owner, lease)
   end
-  local pttl = redis.call('pttl', lock)
-  if not reader and pttl > recheck then pttl = recheck end
-  return {0, pttl}
+  return turned_away(redis.call('pttl', lock))
 end
 if not reader then
-  if readers > 0 then
-    redis.call('zadd', writers, now + mark, owner)
-    redis.call('pexpire', writers, mark)
-    return {0, recheck}
-  end
   redis.call('zrem', writers, owner)
   return grant(lock, fence, owner, lease)
 end
