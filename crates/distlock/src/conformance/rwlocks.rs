@@ -217,9 +217,8 @@ const MANY_READERS: usize = 200;
 /// locks): within the test servers' connection limits beside the other tests.
 const READERS_ON_CONNECTIONS: usize = 16;
 
-/// Promise 1 with many readers: in the backend's own layout, [`MANY_READERS`] readers of four
-/// clients hold at once (no reader limit; [`READERS_ON_CONNECTIONS`] where each takes a
-/// server connection), a writer is refused beside them and granted once they are gone, with
+/// Promise 1 with many readers: in the backend's own layout, 200 readers of four clients
+/// hold at once (no reader limit; 16 where each takes a server connection), a writer is refused beside them and granted once they are gone, with
 /// a token above every read's. Built on the mutex, the readers stop at
 /// [`crate::RwLock::READER_SLOTS`].
 pub async fn promise1_rwlock_readers_hold_together_without_a_limit(target: &Target) {
