@@ -393,16 +393,21 @@ pub async fn renewal_is_batched(target: &Target) {
         assert!(!guard.is_lost(), "{} lost while renewing", guard.name());
     }
     let other = client(target).await;
-    assert!(
-        other
-            .mutex(format!("{base}/{}", count - 1))
-            .unwrap()
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none(),
-        "a renewed lock was free"
-    );
+    let last = other.mutex(format!("{base}/{}", count - 1)).unwrap();
+    // A server slowed by a loaded machine may time a request out: that says nothing of the
+    // lock, so the question is asked again (at most three times).
+    let mut tries = 0;
+    let rival = loop {
+        tries += 1;
+        match last.try_acquire().await {
+            Ok(rival) => break rival,
+            Err(error) if tries < 3 && error.is_backend() => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(error) => panic!("a rival's try failed {tries} times: {error}"),
+        }
+    };
+    assert!(rival.is_none(), "a renewed lock was free");
     for guard in guards {
         guard.release().await.unwrap();
     }
