@@ -1,6 +1,6 @@
 local lock, owner = KEYS[1], ARGV[1]
 local now = now_ms()
-if live_readers(lock, now) == 0 or not reader_ends(lock, owner, now) then return -1 end
+if redis.call('hget', lock, ':mode') ~= 'r' or not reader_ends(lock, owner, now) then return -1 end
 local holds = redis.call('hincrby', lock, owner, -1)
 if holds > 0 then return holds end
 forget_reader(lock, owner)
