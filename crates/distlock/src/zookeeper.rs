@@ -48,7 +48,10 @@
 //! [`SessionState::Suspended`]: the locks may still be held.
 //! When the session expires, or the client stays disconnected for half a session timeout (the
 //! server may expire it a little later), every lock of the session is reported lost through
-//! [`Guard::lost`](crate::Guard::lost), and the client opens a new session.
+//! [`Guard::lost`](crate::Guard::lost), and the client opens a new session. A connection that
+//! looks fine is not trusted alone: while the session holds or queues anything, it asks the
+//! leader to confirm it (a `sync` and a read of one of its nodes) every sixth of a session
+//! timeout, and half a session timeout without a confirmation loses it the same way.
 //!
 //! # The naive lock
 //!

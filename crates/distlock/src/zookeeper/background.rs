@@ -54,8 +54,12 @@ impl Reap for Shared {
 }
 
 /// Follows the session: publishes Connected/Suspended, and when the session is lost (expired,
-/// or disconnected for half a session timeout), forgets its locks and opens a new one.
+/// disconnected for half a session timeout, or unconfirmed by the leader for as long while
+/// something is at stake: see [`liveness`]), forgets its locks and opens a new one.
 pub(super) async fn supervise(shared: Weak<Shared>, mut watcher: zk::StateWatcher) {
+    // When the leader last confirmed the session alive. A session starts confirmed: its
+    // handshake went through the leader.
+    let mut confirmed = Instant::now();
     loop {
         let state = watcher.state();
         let suspended = match state {
@@ -66,10 +70,11 @@ pub(super) async fn supervise(shared: Weak<Shared>, mut watcher: zk::StateWatche
                     Some(next) => watcher = next,
                     None => return,
                 }
+                confirmed = Instant::now();
                 continue;
             }
         };
-        let timeout = {
+        {
             let Some(strong) = shared.upgrade() else {
                 return;
             };
@@ -86,29 +91,138 @@ pub(super) async fn supervise(shared: Weak<Shared>, mut watcher: zk::StateWatche
             if suspended {
                 tracing::warn!(cluster = %strong.url.cluster, "ZooKeeper connection lost; locks are suspended");
             }
-            // The server expires a session a session timeout after it last heard from the
-            // client, and the client is heard from at least every third of it: after half a
-            // timeout without a connection, give the locks up before the server can.
-            strong.session().client.session_timeout() / 2
-        };
-        if !suspended {
-            watcher.changed().await;
-            continue;
         }
-        if tokio::time::timeout(timeout, watcher.changed())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                "disconnected for a whole session timeout; treating the session as lost"
-            );
-            match renew_session(&shared).await {
-                Some(next) => watcher = next,
-                None => return,
+        let since = suspended.then(Instant::now);
+        let verdict = tokio::select! {
+            _ = watcher.changed() => continue,
+            verdict = liveness(&shared, &mut confirmed, since) => verdict,
+        };
+        match verdict {
+            Verdict::Gone => return,
+            Verdict::Disconnected => tracing::warn!(
+                "disconnected for half a session timeout; treating the session as lost"
+            ),
+            Verdict::Unconfirmed => tracing::warn!(
+                "the leader confirmed nothing for half a session timeout; treating the session as lost"
+            ),
+        }
+        match renew_session(&shared).await {
+            Some(next) => watcher = next,
+            None => return,
+        }
+        confirmed = Instant::now();
+    }
+}
+
+/// What [`liveness`] found.
+enum Verdict {
+    /// The backend is gone.
+    Gone,
+    /// Disconnected for half a session timeout.
+    Disconnected,
+    /// Something is at stake, and the leader confirmed nothing for half a session timeout.
+    Unconfirmed,
+}
+
+/// Keeps `confirmed` (when the leader last confirmed the session alive) and returns once the
+/// session must be taken as lost: disconnected (since `disconnected`) for half a session
+/// timeout, or unconfirmed for as long while it holds or queues something.
+///
+/// **Disconnected.** The server expires a session a session timeout after it last heard from
+/// the client, and the client is heard from at least every third of it: after half a timeout
+/// without a connection, the locks are given up before the server can end them.
+///
+/// **Unconfirmed.** A connection that looks fine proves little: a follower answers the
+/// client's pings itself and tells the leader of them later, in its own pings, so a follower
+/// that the leader no longer hears keeps the client connected while the leader expires the
+/// session, deletes its nodes and grants its locks to others. The follower notices only after
+/// the ensemble's `syncLimit`, which may be longer than the session timeout. So while
+/// something is at stake, every sixth of a session timeout the session sends a `sync` (which
+/// travels to the leader and back) and then reads one of its own ephemeral nodes
+/// ([`Shared::confirm`]): found, and the session was alive at the leader at the sync, which
+/// came after the probe was sent. The follower passes the client's activity on to the leader
+/// in the pings it sent before that sync, so the leader cannot expire the session for a while
+/// after it; half a session timeout after the last confirmed probe was sent, the session is
+/// taken as lost, connected or not. The server answers a session's requests in order, so a
+/// hung `sync` also holds the client's pings back, and the client soon sees its connection
+/// drop: the clock keeps running through that. With nothing at stake there is nothing to
+/// lose, and whatever comes to be at stake starts with a write, which the leader answers.
+async fn liveness(
+    shared: &Weak<Shared>,
+    confirmed: &mut Instant,
+    disconnected: Option<Instant>,
+) -> Verdict {
+    /// Probes in flight at once: a slow one does not hold the next back.
+    const IN_FLIGHT: usize = 3;
+    let timeout = match shared.upgrade() {
+        Some(strong) => strong.session().client.session_timeout(),
+        None => return Verdict::Gone,
+    };
+    let grace = timeout / 2;
+    let disconnected = disconnected.map(|since| since + grace);
+    let mut tick = tokio::time::interval(timeout / 6);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut probes = futures_util::stream::FuturesUnordered::new();
+    loop {
+        let unconfirmed = *confirmed + grace;
+        let deadline = disconnected.map_or(unconfirmed, |until| until.min(unconfirmed));
+        tokio::select! {
+            _ = tick.tick() => {
+                let Some(strong) = shared.upgrade() else {
+                    return Verdict::Gone;
+                };
+                let session = strong.session();
+                if strong.at_stake(session.generation).is_none() {
+                    *confirmed = Instant::now();
+                } else if probes.len() < IN_FLIGHT {
+                    probes.push(async move {
+                        tokio::time::timeout(grace, strong.confirm(&session)).await.ok()
+                    });
+                }
+            }
+            Some(answer) = futures_util::StreamExt::next(&mut probes) => {
+                if let Some(sent) = answer {
+                    *confirmed = (*confirmed).max(sent);
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                if disconnected.is_some_and(|until| until <= Instant::now()) {
+                    return Verdict::Disconnected;
+                }
+                let Some(strong) = shared.upgrade() else {
+                    return Verdict::Gone;
+                };
+                let generation = strong.session().generation;
+                if strong.at_stake(generation).is_some() {
+                    return Verdict::Unconfirmed;
+                }
+                *confirmed = Instant::now();
             }
         }
     }
 }
+
+impl Shared {
+    /// Probes until the leader confirms `session` alive, and returns when the confirmed
+    /// probe was sent. A probe whose node was gone proves nothing either way (this client may
+    /// have released it meanwhile): the next probe reads the node at stake then. Nothing at
+    /// stake any more counts as confirmed: there is nothing to lose.
+    async fn confirm(&self, session: &Session) -> Instant {
+        loop {
+            let sent = Instant::now();
+            let Some(node) = self.at_stake(session.generation) else {
+                return sent;
+            };
+            if self.probe(session, &node).await {
+                return sent;
+            }
+            tokio::time::sleep(PROBE_PAUSE).await;
+        }
+    }
+}
+
+/// The pause between two probes of [`Shared::confirm`] when the first proved nothing.
+const PROBE_PAUSE: Duration = Duration::from_millis(10);
 
 /// Forgets the lost session's locks, reports the loss, and connects a new session. `None`
 /// when the backend is gone.

@@ -77,4 +77,27 @@ impl Shared {
             .map(|key| state.held(key).map(|held| (held.key.clone(), held.token)))
             .collect()
     }
+
+    /// One node of `generation` that something rides on: the held node with the lowest token
+    /// (the longest held, the least likely to be released while it is read), else a queued
+    /// waiter's node. `None` when this client holds and queues nothing.
+    pub(super) fn at_stake(&self, generation: u64) -> Option<Node> {
+        let state = self.state();
+        let held = state
+            .held
+            .values()
+            .filter(|held| held.generation == generation)
+            .min_by_key(|held| held.token)
+            .map(|held| Node {
+                key: held.key.clone(),
+                token: held.token,
+            });
+        held.or_else(|| {
+            state
+                .waiters
+                .values()
+                .filter(|queued| queued.generation == generation)
+                .find_map(|queued| queued.node.clone())
+        })
+    }
 }

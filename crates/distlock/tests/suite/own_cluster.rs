@@ -88,15 +88,20 @@ impl OwnCluster {
         }
     }
 
-    /// Sends `signal` to member `member`, by the PID in its pid file, unless that PID was
-    /// killed; the PID signalled.
-    pub fn signal(&self, member: u16, signal: &str) -> Option<String> {
+    /// The PID of member `member`, from its pid file.
+    pub fn pid(&self, member: u16) -> Option<String> {
         let pid_file = self
             .dir
             .path()
             .join((self.layout.member_dir)(member))
             .join("pid");
-        let pid = std::fs::read_to_string(pid_file).ok()?.trim().to_owned();
+        Some(std::fs::read_to_string(pid_file).ok()?.trim().to_owned())
+    }
+
+    /// Sends `signal` to member `member`, by the PID in its pid file, unless that PID was
+    /// killed; the PID signalled.
+    pub fn signal(&self, member: u16, signal: &str) -> Option<String> {
+        let pid = self.pid(member)?;
         let killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
         if killed.contains(&pid) {
             return None;

@@ -1,6 +1,6 @@
 //! ZooKeeper tests that start a 3-node ensemble of their own (by `scripts/zookeeper-deployment`,
 //! on free loopback ports) to do to its servers what the shared one must not see: kill its
-//! leader, stop a follower.
+//! leader, stop a follower, cut a follower off from the leader.
 
 use std::time::Duration;
 
@@ -163,6 +163,153 @@ async fn promise1_a_read_on_a_lagging_follower_sees_a_grant_made_before_it() {
         let term = read.map(|l| l.term);
         assert_eq!(term, Some(leadership.term()), "round {round}: leader()");
         within(LIMIT, leadership.resign()).await.unwrap();
+    }
+}
+
+/// Promise 2 when the connection looks fine: the holder's follower stops hearing the leader
+/// (its quorum connection dropped by `iptables`), but keeps answering the holder's pings until
+/// its `syncLimit` (5 s here) runs out. The leader hears nothing of the holder's session,
+/// expires it after its 2 s, and grants the lock to the rival, on the leader. The holder must
+/// have been told `lost()` before that grant: its session's probes (a `sync` through the
+/// leader) stop being answered, so it gives the session up after half a session timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise2_a_follower_the_leader_no_longer_hears_cannot_keep_its_holder() {
+    let ensemble = OwnCluster::start(&ZOOKEEPER);
+    let leader = within(Duration::from_secs(60), async {
+        loop {
+            if let Some(node) = leading_member(&ensemble) {
+                return node;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let follower = (1..=3).find(|&node| node != leader).unwrap();
+    let url = |node| format!("{}?session_timeout=2s", url_of(&ensemble, node));
+    let holder = within(LIMIT, distlock::connect(&url(follower))).await;
+    let holder = holder.unwrap();
+    let rival = within(LIMIT, distlock::connect(&url(leader))).await;
+    let rival = rival.unwrap();
+    let name = unique("follower_cut_off");
+    let mutex = holder.mutex(name.as_str()).unwrap();
+    let guard = within(LIMIT, mutex.acquire()).await.unwrap();
+    let held_token = guard.fencing_token();
+    let granted = tokio::spawn({
+        let name = name.clone();
+        async move {
+            let guard = rival.mutex(name).unwrap().acquire().await;
+            (Instant::now(), guard)
+        }
+    });
+    // Held for a while past a probe's period first: the probes must not lose a healthy hold.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!granted.is_finished(), "the rival was granted a held lock");
+    assert!(
+        within(LIMIT, guard.is_held()).await.unwrap(),
+        "a healthy session lost its lock"
+    );
+
+    let cut = QuorumCut::between(&ensemble, follower, leader);
+    let cut_at = Instant::now();
+    let told = tokio::spawn(async move {
+        let why = guard.lost().await;
+        (Instant::now(), why)
+    });
+    let (granted_at, rival_guard) = within(Duration::from_secs(30), granted).await.unwrap();
+    let rival_guard = rival_guard.expect("the rival is granted the lock once the session ends");
+    let (told_at, why) = within(Duration::from_secs(10), told).await.unwrap();
+    drop(cut);
+    assert!(
+        told_at <= granted_at,
+        "promise 2: the holder was told {:?} after the cut, the rival granted {:?} after it \
+         ({why})",
+        told_at - cut_at,
+        granted_at - cut_at
+    );
+    assert!(
+        rival_guard.fencing_token() > held_token,
+        "promise 3: the rival's token is not past the holder's"
+    );
+}
+
+/// The quorum connection of a follower to the leader, dropped both ways by `iptables` rules on
+/// its two loopback ports until this is dropped.
+struct QuorumCut {
+    rules: Vec<Vec<String>>,
+}
+
+impl QuorumCut {
+    fn between(ensemble: &OwnCluster, follower: u16, leader: u16) -> Self {
+        // The leader's quorum port: `scripts/zookeeper-deployment` puts them 10 past the
+        // client ports.
+        let quorum = ensemble.port(leader) + 10;
+        let pid = ensemble.pid(follower).expect("the follower's pid");
+        let output = std::process::Command::new("ss")
+            .args(["-tnpH", "state", "established"])
+            .arg(format!("dst 127.0.0.1:{quorum}"))
+            .output()
+            .expect("ss runs (iproute2)");
+        let listing = String::from_utf8_lossy(&output.stdout);
+        let port = listing
+            .lines()
+            .filter(|line| line.contains(&format!("pid={pid},")))
+            .find_map(|line| {
+                // `127.0.0.1:P`, or `[::ffff:127.0.0.1]:P` from Java's dual-stack socket
+                // (IPv4 on the wire all the same).
+                let local = line.split_whitespace().find(|t| t.contains("127.0.0.1"))?;
+                local.rsplit(':').next()?.parse::<u16>().ok()
+            })
+            .unwrap_or_else(|| {
+                panic!("no quorum connection of pid {pid} to port {quorum}:\n{listing}")
+            });
+        let (port, quorum) = (port.to_string(), quorum.to_string());
+        let rules: Vec<Vec<String>> = [(&port, &quorum), (&quorum, &port)]
+            .into_iter()
+            .map(|(from, to)| {
+                [
+                    "INPUT",
+                    "-p",
+                    "tcp",
+                    "-s",
+                    "127.0.0.1",
+                    "--sport",
+                    from,
+                    "-d",
+                    "127.0.0.1",
+                ]
+                .into_iter()
+                .map(str::to_owned)
+                .chain([
+                    "--dport".to_owned(),
+                    to.clone(),
+                    "-j".to_owned(),
+                    "DROP".to_owned(),
+                ])
+                .collect()
+            })
+            .collect();
+        let mut cut = QuorumCut { rules: Vec::new() };
+        for rule in rules {
+            let status = std::process::Command::new("iptables")
+                .args(["-w", "-I"])
+                .args(&rule)
+                .status()
+                .expect("iptables runs (root)");
+            assert!(status.success(), "iptables -I {rule:?} failed");
+            cut.rules.push(rule);
+        }
+        cut
+    }
+}
+
+impl Drop for QuorumCut {
+    fn drop(&mut self) {
+        for rule in &self.rules {
+            let _ = std::process::Command::new("iptables")
+                .args(["-w", "-D"])
+                .args(rule)
+                .status();
+        }
     }
 }
 
