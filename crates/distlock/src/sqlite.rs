@@ -39,6 +39,7 @@ use crate::name::LockName;
 mod bare;
 mod bell;
 mod published;
+mod readers;
 mod rows;
 mod setup;
 mod url;
@@ -46,6 +47,7 @@ mod waiter;
 
 use self::url::{DEFAULT_BUSY_TIMEOUT, parse_url};
 
+use self::readers::{READER_TICKET, live_reader, next_token, readers_hold};
 use self::rows::{Found, execute, find, head_bell, live_row, query_row};
 use self::setup::set_up;
 use self::waiter::SqliteWaiter;
@@ -141,6 +143,11 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// True for a reader of a reader-writer lock, which holds together with other readers.
+fn shares(name: &LockName) -> bool {
+    matches!(name.kind(), crate::LockKind::Read)
+}
+
 fn to_u32(holds: i64) -> u32 {
     u32::try_from(holds).unwrap_or(u32::MAX)
 }
@@ -228,7 +235,8 @@ impl Backend for SqliteBackend {
     }
 
     fn supports(&self, kind: &crate::LockKind) -> bool {
-        kind.is_exclusive()
+        use crate::LockKind;
+        matches!(kind, LockKind::Exclusive | LockKind::Read | LockKind::Write)
     }
 
     async fn ping(&self) -> Result<()> {
@@ -247,10 +255,14 @@ impl Backend for SqliteBackend {
             // A range of the name's index, in byte order (SQLite compares text bytewise).
             let now = now_ms();
             let name = |row: &rusqlite::Row<'_>| row.get::<_, String>(0);
+            // A name held by readers has rows in `distlock_readers` instead.
             match end {
                 Some(end) => conn
                     .prepare_cached(
                         "SELECT name FROM distlock_locks
+                         WHERE name >= ?1 AND name < ?2 AND expires_at_ms > ?3
+                         UNION
+                         SELECT name FROM distlock_readers
                          WHERE name >= ?1 AND name < ?2 AND expires_at_ms > ?3
                          ORDER BY name LIMIT ?4",
                     )?
@@ -259,7 +271,11 @@ impl Backend for SqliteBackend {
                 None => conn
                     .prepare_cached(
                         "SELECT name FROM distlock_locks
-                         WHERE name >= ?1 AND expires_at_ms > ?2 ORDER BY name LIMIT ?3",
+                         WHERE name >= ?1 AND expires_at_ms > ?2
+                         UNION
+                         SELECT name FROM distlock_readers
+                         WHERE name >= ?1 AND expires_at_ms > ?2
+                         ORDER BY name LIMIT ?3",
                     )?
                     .query_map(params![start, now, limit], name)?
                     .collect(),
@@ -274,6 +290,7 @@ impl Backend for SqliteBackend {
         owner: &Owner,
         lease: Duration,
     ) -> Result<Acquired> {
+        let reader = shares(name);
         let name = name.as_str().to_owned();
         let owner = owner.as_str().to_owned();
         let lease_ms = millis(lease);
@@ -281,6 +298,11 @@ impl Backend for SqliteBackend {
         self.run("acquire", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
+            if reader {
+                let acquired = readers::acquire_read(&tx, &name, &owner, lease_ms, now)?;
+                tx.commit()?;
+                return Ok(acquired);
+            }
             let acquired = match find(&tx, &name, &owner, fair, now)? {
                 Found::Busy(held) => held,
                 Found::Ours(holds, token) => {
@@ -308,14 +330,7 @@ impl Backend for SqliteBackend {
                             params![name, owner, now - TICKET_STALE_MS],
                         )?;
                     }
-                    let token: i64 = query_row(
-                        &tx,
-                        "INSERT INTO distlock_fencing (name, last_token) VALUES (?1, 1)
-                         ON CONFLICT (name) DO UPDATE SET last_token = last_token + 1
-                         RETURNING last_token",
-                        [&name],
-                        |row| row.get(0),
-                    )?;
+                    let token = next_token(&tx, &name)?;
                     execute(
                         &tx,
                         "INSERT INTO distlock_locks
@@ -348,8 +363,11 @@ impl Backend for SqliteBackend {
         owner: &Owner,
         _lease: Duration,
     ) -> Result<Box<dyn ReleaseWaiter>> {
-        let ticket = if self.fair {
-            Some(self.take_ticket(name.as_str(), owner.as_str()).await?)
+        // A reader-writer lock's waiters queue in either mode: a writer's ticket holds later
+        // readers back.
+        let reader = shares(name);
+        let ticket = if self.fair || !name.kind().is_exclusive() {
+            Some(self.take_ticket(name.as_str(), owner.as_str(), reader).await?)
         } else {
             None
         };
@@ -361,6 +379,7 @@ impl Backend for SqliteBackend {
             backend: self.clone(),
             name: name.as_str().to_owned(),
             owner: owner.as_str().to_owned(),
+            reader,
             ticket,
             listener,
             refreshed: tokio::time::Instant::now(),
@@ -369,6 +388,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
+        let reader = shares(name);
         let name = name.as_str().to_owned();
         let owner = owner.as_str().to_owned();
         let bell = self.bell.clone();
@@ -376,6 +396,15 @@ impl Backend for SqliteBackend {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
             let mut next = None;
+            if reader {
+                let (released, freed) = readers::release_read(&tx, &name, &owner, now)?;
+                if freed {
+                    next = head_bell(&tx, &name, now)?;
+                }
+                tx.commit()?;
+                ring(bell.as_deref(), next.as_deref(), &name);
+                return Ok(released);
+            }
             let released = match live_row(&tx, &name, now)? {
                 None => Released::NotHeld,
                 Some((holder, _, _, _)) if holder != owner => Released::HeldByOther,
@@ -414,12 +443,18 @@ impl Backend for SqliteBackend {
         lease: Duration,
     ) -> Result<Extended> {
         let token = i64::try_from(fencing_token).unwrap_or(-1);
+        let reader = shares(name);
         let name = name.as_str().to_owned();
         let owner = owner.as_str().to_owned();
         let lease_ms = millis(lease);
         self.run("extend", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
+            if reader {
+                let extended = readers::extend_read(&tx, &name, &owner, token, lease_ms, now)?;
+                tx.commit()?;
+                return Ok(extended);
+            }
             let extended = match live_row(&tx, &name, now)? {
                 None => Extended::NotHeld,
                 Some((holder, _, _, _)) if holder != owner => Extended::HeldByOther,
@@ -441,7 +476,7 @@ impl Backend for SqliteBackend {
     }
 
     async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
-        let locks: Vec<(String, String, i64)> = locks
+        let locks: Vec<(String, String, i64, bool)> = locks
             .iter()
             .map(
                 |Renewing {
@@ -452,6 +487,7 @@ impl Backend for SqliteBackend {
                         name.as_str().to_owned(),
                         owner.as_str().to_owned(),
                         i64::try_from(*fencing_token).unwrap_or(-1),
+                        shares(name),
                     )
                 },
             )
@@ -466,7 +502,16 @@ impl Backend for SqliteBackend {
                     "UPDATE distlock_locks SET expires_at_ms = ?3
                      WHERE name = ?1 AND owner = ?2 AND fencing_token = ?5 AND expires_at_ms > ?4",
                 )?;
-                for (name, owner, token) in &locks {
+                let mut update_reader = tx.prepare_cached(
+                    "UPDATE distlock_readers SET expires_at_ms = ?3
+                     WHERE name = ?1 AND owner = ?2 AND fencing_token = ?5 AND expires_at_ms > ?4",
+                )?;
+                for (name, owner, token, reader) in &locks {
+                    let update = if *reader {
+                        &mut update_reader
+                    } else {
+                        &mut update
+                    };
                     let changed = update.execute(params![
                         name,
                         owner,
@@ -486,7 +531,8 @@ impl Backend for SqliteBackend {
     async fn is_locked(&self, name: &LockName) -> Result<bool> {
         let name = name.as_str().to_owned();
         self.run("query the lock", move |conn| {
-            Ok(live_row(conn, &name, now_ms())?.is_some())
+            let now = now_ms();
+            Ok(live_row(conn, &name, now)?.is_some() || readers_hold(conn, &name, now)?)
         })
         .await
     }
@@ -501,7 +547,18 @@ impl Backend for SqliteBackend {
                 |row| row.get(0),
             )?;
             let waiters = Some(u64::try_from(waiters).unwrap_or(0));
+            let readers = readers::inspect_readers(conn, &name, now)?;
             Ok(match live_row(conn, &name, now)? {
+                None if let Some((holds, token, expires_at_ms)) = readers => LockInfo {
+                    locked: true,
+                    holder: None,
+                    holds: Some(to_u32(holds)),
+                    fencing_token: u64::try_from(token).ok(),
+                    remaining_lease: u64::try_from(expires_at_ms - now)
+                        .ok()
+                        .map(Duration::from_millis),
+                    waiters,
+                },
                 Some((holder, holds, token, expires_at_ms)) => LockInfo {
                     locked: true,
                     holder: Some(holder),
@@ -522,9 +579,14 @@ impl Backend for SqliteBackend {
     }
 
     async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
+        let reader = shares(name);
         let name = name.as_str().to_owned();
         let owner = owner.as_str().to_owned();
         self.run("query the lock", move |conn| {
+            if reader {
+                let held = live_reader(conn, &name, &owner, now_ms())?;
+                return Ok(held.map_or(0, |(holds, _, _)| to_u32(holds)));
+            }
             Ok(match live_row(conn, &name, now_ms())? {
                 Some((holder, holds, _, _)) if holder == owner => to_u32(holds),
                 _ => 0,
@@ -539,8 +601,9 @@ impl Backend for SqliteBackend {
         self.run("force unlock", move |conn| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let now = now_ms();
-            let was_held = live_row(&tx, &name, now)?.is_some();
+            let was_held = live_row(&tx, &name, now)?.is_some() || readers_hold(&tx, &name, now)?;
             execute(&tx, "DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
+            execute(&tx, "DELETE FROM distlock_readers WHERE name = ?1", [&name])?;
             let next = head_bell(&tx, &name, now)?;
             tx.commit()?;
             ring(bell.as_deref(), next.as_deref(), &name);
@@ -571,16 +634,17 @@ fn ring(bell: Option<&Bell>, next: Option<&str>, name: &str) {
 }
 
 impl SqliteBackend {
-    /// Queues `owner` for `name`; returns the ticket.
-    async fn take_ticket(&self, name: &str, owner: &str) -> Result<i64> {
+    /// Queues `owner` for `name`, as a reader when `reader`; returns the ticket.
+    async fn take_ticket(&self, name: &str, owner: &str, reader: bool) -> Result<i64> {
         let (name, owner) = (name.to_owned(), owner.to_owned());
         let bell = self.bell.as_ref().map(|bell| bell.name().to_owned());
+        let kind = reader.then_some(READER_TICKET);
         self.run("queue a waiter", move |conn| {
             execute(
                 conn,
-                "INSERT INTO distlock_waiters (name, owner, seen_at_ms, bell)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![name, owner, now_ms(), bell],
+                "INSERT INTO distlock_waiters (name, owner, seen_at_ms, bell, kind)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![name, owner, now_ms(), bell, kind],
             )?;
             Ok(conn.last_insert_rowid())
         })

@@ -43,6 +43,8 @@ pub(super) fn find(
             )),
         }),
         Some((_, holds, token, _)) => Found::Ours(holds, token),
+        // Readers of the name's reader-writer lock ([`readers`]).
+        None if readers_hold(conn, name, now)? => Found::Busy(Acquired::Held { ttl: None }),
         None if fair && queue_head(conn, name, now)?.is_some_and(|head| head != owner) => {
             Found::Busy(Acquired::Held { ttl: None })
         }

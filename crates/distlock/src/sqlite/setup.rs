@@ -70,13 +70,15 @@ pub(super) fn set_up(conn: &mut Connection, budget: Duration) -> Result<()> {
     }
 }
 
-/// Makes the tables that are missing, and the waiters' bell column in a file made before
-/// doorbells, in one write transaction (rolled back when it fails).
+/// Makes the tables that are missing, and the waiters' bell and kind columns in a file made
+/// before doorbells or reader-writer locks, in one write transaction (rolled back when it fails).
 fn create_tables(conn: &mut Connection) -> rusqlite::Result<()> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(SCHEMA)?;
     tx.execute_batch(published::SCHEMA)?;
+    tx.execute_batch(super::readers::SCHEMA)?;
     add_bell_column(&tx)?;
+    super::readers::add_kind_column(&tx)?;
     tx.commit()
 }
 

@@ -10,6 +10,8 @@ pub(super) struct SqliteWaiter {
     pub(super) backend: SqliteBackend,
     pub(super) name: String,
     pub(super) owner: String,
+    /// A reader of a reader-writer lock: only a writer's ticket ahead holds it back.
+    pub(super) reader: bool,
     pub(super) ticket: Option<i64>,
     /// Woken by a release's doorbell (fair mode on Linux); without one, waiters poll closely.
     pub(super) listener: Option<Listener>,
@@ -26,10 +28,15 @@ pub(super) struct Poll {
     pub(super) ticket_alive: bool,
 }
 
-/// One look at the lock and the queue.
-pub(super) fn look(conn: &Connection, name: &str, ticket: Option<i64>) -> rusqlite::Result<Poll> {
+/// One look at the lock and the queue, for a reader when `reader`.
+pub(super) fn look(
+    conn: &Connection,
+    name: &str,
+    ticket: Option<i64>,
+    reader: bool,
+) -> rusqlite::Result<Poll> {
     let now = now_ms();
-    let free = live_row(conn, name, now)?.is_none();
+    let free = live_row(conn, name, now)?.is_none() && (reader || !readers_hold(conn, name, now)?);
     let Some(ticket) = ticket else {
         return Ok(Poll {
             free,
@@ -41,9 +48,10 @@ pub(super) fn look(conn: &Connection, name: &str, ticket: Option<i64>) -> rusqli
         conn,
         "SELECT
              (SELECT COUNT(*) FROM distlock_waiters
-              WHERE name = ?1 AND seen_at_ms > ?2 AND ticket < ?3),
+              WHERE name = ?1 AND seen_at_ms > ?2 AND ticket < ?3
+                AND (?4 = 0 OR kind IS NOT 'r')),
              EXISTS (SELECT 1 FROM distlock_waiters WHERE ticket = ?3)",
-        params![name, now - TICKET_STALE_MS, ticket],
+        params![name, now - TICKET_STALE_MS, ticket, reader],
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     Ok(Poll {
@@ -62,16 +70,16 @@ impl Poll {
 
 impl SqliteWaiter {
     pub(super) async fn poll_once(&self) -> Result<Poll> {
-        let (name, ticket) = (self.name.clone(), self.ticket);
+        let (name, ticket, reader) = (self.name.clone(), self.ticket, self.reader);
         self.backend
-            .run("poll the lock", move |conn| look(conn, &name, ticket))
+            .run("poll the lock", move |conn| look(conn, &name, ticket, reader))
             .await
     }
 
     /// Looks every 200 µs on a blocking thread for up to `watch`, returning at our turn or
     /// with the last look. The connection is taken only for each look.
     pub(super) async fn watch_closely(&self, watch: Duration) -> Result<Poll> {
-        let (name, ticket) = (self.name.clone(), self.ticket);
+        let (name, ticket, reader) = (self.name.clone(), self.ticket, self.reader);
         let connection = self.backend.connection.clone();
         let busy_timeout = self.backend.busy_timeout;
         tokio::task::spawn_blocking(move || {
@@ -80,7 +88,7 @@ impl SqliteWaiter {
                 std::thread::sleep(CLOSE_POLL);
                 let poll = {
                     let conn = lock_connection(&connection, busy_timeout);
-                    look(&conn, &name, ticket)?
+                    look(&conn, &name, ticket, reader)?
                 };
                 if poll.our_turn() || !poll.ticket_alive || std::time::Instant::now() >= end {
                     return Ok(poll);
@@ -108,7 +116,8 @@ impl SqliteWaiter {
                 })
                 .await?;
         } else {
-            self.ticket = Some(self.backend.take_ticket(&self.name, &self.owner).await?);
+            let ticket = self.backend.take_ticket(&self.name, &self.owner, self.reader);
+            self.ticket = Some(ticket.await?);
         }
         self.refreshed = tokio::time::Instant::now();
         Ok(())
