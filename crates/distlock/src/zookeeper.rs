@@ -95,7 +95,7 @@ use crate::error::{Error, Result};
 use crate::name::{LockKind, LockName};
 use crate::queue::Node;
 
-use self::background::supervise;
+use self::background::{Probe, supervise};
 use self::recipes::queue;
 use self::url::ZkUrl;
 pub use self::url::lock_path;

@@ -105,6 +105,9 @@ pub(super) async fn supervise(shared: Weak<Shared>, mut watcher: zk::StateWatche
             Verdict::Unconfirmed => tracing::warn!(
                 "the leader confirmed nothing for half a session timeout; treating the session as lost"
             ),
+            Verdict::Ended => {
+                tracing::warn!("the leader has none of the session's held nodes; treating the session as lost");
+            }
         }
         match renew_session(&shared).await {
             Some(next) => watcher = next,
@@ -122,6 +125,8 @@ enum Verdict {
     Disconnected,
     /// Something is at stake, and the leader confirmed nothing for half a session timeout.
     Unconfirmed,
+    /// Every held node probed is gone from the leader.
+    Ended,
 }
 
 /// Keeps `confirmed` (when the leader last confirmed the session alive) and returns once the
@@ -180,11 +185,11 @@ async fn liveness(
                     });
                 }
             }
-            Some(answer) = futures_util::StreamExt::next(&mut probes) => {
-                if let Some(sent) = answer {
-                    *confirmed = (*confirmed).max(sent);
-                }
-            }
+            Some(answer) = futures_util::StreamExt::next(&mut probes) => match answer {
+                Some(Some(sent)) => *confirmed = (*confirmed).max(sent),
+                Some(None) => return Verdict::Ended,
+                None => {}
+            },
             () = tokio::time::sleep_until(deadline) => {
                 if disconnected.is_some_and(|until| until <= Instant::now()) {
                     return Verdict::Disconnected;
@@ -202,27 +207,52 @@ async fn liveness(
     }
 }
 
+/// What one probe of [`Shared::probe`] found.
+pub(super) enum Probe {
+    /// The leader has the node, ours: the session was alive at the `sync`.
+    Alive,
+    /// The `sync` was answered, and the node is gone (or another's).
+    Gone,
+    /// No answer, or an error.
+    Failed,
+}
+
 impl Shared {
     /// Probes until the leader confirms `session` alive, and returns when the confirmed
-    /// probe was sent. A probe whose node was gone proves nothing either way (this client may
-    /// have released it meanwhile): the next probe reads the node at stake then. Nothing at
-    /// stake any more counts as confirmed: there is nothing to lose.
-    async fn confirm(&self, session: &Session) -> Instant {
+    /// probe was sent; `None` when every hold it probed was gone (the session ended).
+    ///
+    /// A held node the leader no longer has, while this client still records its hold, was
+    /// deleted by someone else (a force-unlock): that hold is forgotten (its guard hears of it
+    /// at its next check) and the next node at stake is probed. A waiter's node gone, or one
+    /// this client released meanwhile, proves nothing either way: probed again after a pause.
+    /// Nothing at stake any more counts as confirmed: there is nothing to lose.
+    async fn confirm(&self, session: &Session) -> Option<Instant> {
+        let mut pause = PROBE_PAUSE;
+        let mut forgot = false;
         loop {
             let sent = Instant::now();
-            let Some(node) = self.at_stake(session.generation) else {
-                return sent;
+            let Some((node, held)) = self.at_stake(session.generation) else {
+                return (!forgot).then_some(sent);
             };
-            if self.probe(session, &node).await {
-                return sent;
+            match self.probe(session, &node).await {
+                Probe::Alive => return Some(sent),
+                Probe::Gone if held && self.forget_hold(&node) => {
+                    tracing::warn!(node = %node.key, "a held lock node is gone; its lock is lost");
+                    forgot = true;
+                    continue;
+                }
+                Probe::Gone | Probe::Failed => {}
             }
-            tokio::time::sleep(PROBE_PAUSE).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(PROBE_PAUSE_MAX);
         }
     }
 }
 
-/// The pause between two probes of [`Shared::confirm`] when the first proved nothing.
+/// The first pause between two probes of [`Shared::confirm`] when one proved nothing; it
+/// doubles up to [`PROBE_PAUSE_MAX`].
 const PROBE_PAUSE: Duration = Duration::from_millis(10);
+const PROBE_PAUSE_MAX: Duration = Duration::from_millis(160);
 
 /// Forgets the lost session's locks, reports the loss, and connects a new session. `None`
 /// when the backend is gone.

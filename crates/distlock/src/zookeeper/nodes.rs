@@ -201,12 +201,16 @@ impl Shared {
     /// Whether the leader still has `node`, ours: a `sync` and then a read of the node, sent
     /// together (the server answers a session's requests in order, so the read waits for the
     /// sync).
-    pub(super) async fn probe(&self, session: &Session, node: &Node) -> bool {
+    pub(super) async fn probe(&self, session: &Session, node: &Node) -> Probe {
         let synced = session.client.sync(&node.key);
         let read = session.client.check_stat(&node.key);
-        let (synced, read) = tokio::join!(synced, read);
-        matches!(synced, Ok(()) | Err(zk::Error::NoNode))
-            && matches!(read, Ok(Some(stat)) if token_of(&stat) == node.token)
+        match tokio::join!(synced, read) {
+            (Ok(()) | Err(zk::Error::NoNode), Ok(Some(stat))) if token_of(&stat) == node.token => {
+                Probe::Alive
+            }
+            (Ok(()) | Err(zk::Error::NoNode), Ok(_)) => Probe::Gone,
+            _ => Probe::Failed,
+        }
     }
 
     /// Reads many of our nodes in one request: `true` where the node is still ours.

@@ -78,26 +78,43 @@ impl Shared {
             .collect()
     }
 
-    /// One node of `generation` that something rides on: the held node with the lowest token
-    /// (the longest held, the least likely to be released while it is read), else a queued
-    /// waiter's node. `None` when this client holds and queues nothing.
-    pub(super) fn at_stake(&self, generation: u64) -> Option<Node> {
+    /// One node of `generation` that something rides on, and whether it is held: the held
+    /// node with the lowest token (the longest held, the least likely to be released while it
+    /// is read), else a queued waiter's node. `None` when this client holds and queues
+    /// nothing.
+    pub(super) fn at_stake(&self, generation: u64) -> Option<(Node, bool)> {
         let state = self.state();
         let held = state
             .held
             .values()
             .filter(|held| held.generation == generation)
             .min_by_key(|held| held.token)
-            .map(|held| Node {
-                key: held.key.clone(),
-                token: held.token,
+            .map(|held| {
+                let node = Node {
+                    key: held.key.clone(),
+                    token: held.token,
+                };
+                (node, true)
             });
         held.or_else(|| {
             state
                 .waiters
                 .values()
                 .filter(|queued| queued.generation == generation)
-                .find_map(|queued| queued.node.clone())
+                .find_map(|queued| queued.node.clone().map(|node| (node, false)))
         })
+    }
+
+    /// Forgets the hold of `node` (the same path and token), which the leader no longer has
+    /// (an operator's force-unlock): its guard hears of it at its next check. False when no
+    /// such hold is recorded (it was released meanwhile).
+    pub(super) fn forget_hold(&self, node: &Node) -> bool {
+        let mut state = self.state();
+        let key = state
+            .held
+            .iter()
+            .find(|(_, held)| held.key == node.key && held.token == node.token)
+            .map(|(key, _)| key.clone());
+        key.is_some_and(|key| state.held.remove(&key).is_some())
     }
 }

@@ -392,3 +392,51 @@ async fn a_waiter_that_gives_up_leaves_the_queue() {
     held.release().await.unwrap();
     assert!(zk.list_children(&path).await.unwrap_or_default().is_empty());
 }
+
+/// Promise 2 without a false alarm: an operator's force-unlock of the oldest of a client's
+/// locks (the node its session probes) loses that lock alone: the session stays, and the
+/// other lock stays held past several session timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_force_unlocked_node_loses_its_lock_and_not_the_session() {
+    let url = format!("{}?session_timeout=2s", standalone());
+    let holder = distlock::connect(&url).await.unwrap();
+    let operator = distlock::connect(&standalone()).await.unwrap();
+    let mut session = holder.session().expect("ZooKeeper has a session");
+    session.borrow_and_update();
+    let (oldest, other) = (unique("forced_oldest"), unique("forced_other"));
+    // Fixed leases: no renewal checks either lock, only the session's probes see the node.
+    let options = || AcquireOptions::new().lease(Duration::from_secs(60));
+    let acquire = |name: String| {
+        let holder = holder.clone();
+        async move {
+            let mutex = holder.mutex(name).unwrap();
+            mutex.acquire_with(options()).await.unwrap()
+        }
+    };
+    let forced = acquire(oldest.clone()).await;
+    let kept = acquire(other.clone()).await;
+    assert!(forced.fencing_token() < kept.fencing_token());
+    assert!(operator.force_unlock(&oldest).await.unwrap());
+    // Three session timeouts: a session taken for lost would have shown by then.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert_eq!(
+        session.borrow().sessions_lost,
+        0,
+        "the session was given up for one forced node"
+    );
+    assert!(
+        !kept.is_lost(),
+        "the other lock was lost with the forced one"
+    );
+    assert!(
+        kept.is_held().await.unwrap(),
+        "the other lock is no longer held"
+    );
+    let rival = operator.mutex(other.as_str()).unwrap();
+    assert!(
+        rival.try_acquire().await.unwrap().is_none(),
+        "promise 1: the other lock was granted to a rival"
+    );
+    kept.release().await.unwrap();
+    drop(forced);
+}
