@@ -1,4 +1,5 @@
-//! The SQLite backend's own tests: files made before doorbells, URLs.
+//! The SQLite backend's own tests: files made before doorbells and reader-writer locks,
+//! URLs, a cancelled writer.
 
 use super::*;
 
@@ -119,4 +120,75 @@ async fn a_long_queue_keeps_its_order_while_its_waiters_look_seldom() {
         (0..WAITERS).collect::<Vec<_>>(),
         "a waiter lost its place in the queue"
     );
+}
+
+/// A reader's ticket is marked as a reader's also in a file made before reader-writer locks
+/// (which gains the column when opened), so that a writer's ticket alone holds readers back.
+#[tokio::test]
+async fn reader_tickets_are_marked_also_in_files_made_before_rwlocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TABLE distlock_waiters (
+                 ticket INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,
+                 owner TEXT NOT NULL, seen_at_ms INTEGER NOT NULL, bell TEXT)",
+        )
+        .unwrap();
+    let backend = SqliteBackend::open(path.to_str().unwrap()).await.unwrap();
+    let reader = LockName::new("marked")
+        .unwrap()
+        .with_kind(crate::LockKind::Read);
+    let writer = reader.clone().with_kind(crate::LockKind::Write);
+    let lease = Duration::from_secs(1);
+    let (first, second) = (Owner::new("test", 1), Owner::new("test", 2));
+    let read = backend.subscribe(&reader, &first, lease).await.unwrap();
+    let write = backend.subscribe(&writer, &second, lease).await.unwrap();
+    let kinds: Vec<Option<String>> = backend
+        .run("read", |conn| {
+            conn.prepare("SELECT kind FROM distlock_waiters ORDER BY ticket")?
+                .query_map([], |row| row.get(0))?
+                .collect()
+        })
+        .await
+        .unwrap();
+    assert_eq!(kinds, [Some(READER_TICKET.to_owned()), None]);
+    drop((read, write));
+}
+
+/// Promise 4: a writer cancelled while it waits for a reader takes its ticket away with it,
+/// so later readers are not held back by a writer who is gone (fair mode and without it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn promise4_a_cancelled_writer_leaves_no_ticket_that_holds_readers_back() {
+    let dir = tempfile::tempdir().unwrap();
+    for fair in [true, false] {
+        let path = dir.path().join(format!("cancelled-{fair}.db"));
+        let url = format!("sqlite://{}?fair={fair}", path.display());
+        let locks = crate::connect(&url).await.unwrap();
+        let lock = locks.rwlock("cancelled").unwrap();
+        let read = lock.read().await.unwrap();
+        let writing = tokio::time::timeout(Duration::from_millis(300), lock.write()).await;
+        assert!(writing.is_err(), "promise 1: a writer was granted beside a reader");
+        let backend = SqliteBackend::open(path.to_str().unwrap()).await.unwrap();
+        let tickets = || {
+            backend.run("count the tickets", |conn| {
+                conn.query_row("SELECT COUNT(*) FROM distlock_waiters", [], |row| {
+                    row.get::<_, i64>(0)
+                })
+            })
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while tickets().await.unwrap() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "promise 4: the cancelled writer's ticket is still queued (fair={fair})"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let second = lock.try_read().await.unwrap();
+        assert!(second.is_some(), "a reader was refused beside a reader");
+        read.release().await.unwrap();
+        second.unwrap().release().await.unwrap();
+    }
 }
