@@ -47,6 +47,12 @@ pub(crate) const READER_SLOTS: u32 = 16;
 /// takes its mark away when it goes, and a mark left behind ends within 2 s. A mutex of the
 /// same name is the same lock.
 ///
+/// # On SQLite: a row per reader
+/// On `sqlite://` a writer holds the name's row as a mutex does, and each reader a row of its
+/// own in `distlock_readers`, with its own lease and token; a grant is one transaction that
+/// counts the readers (for a writer) or the live writer and the writers queued earlier (for
+/// a reader). A mutex of the same name is the same lock.
+///
 /// # In memory: one entry per name
 /// On `memory://` the readers of a name, each with its own lease, hold one entry together,
 /// and a writer holds it alone. Waiters are served in arrival order, readers that follow one
@@ -219,14 +225,15 @@ impl RwLock {
     }
 
     /// True when the backend keeps this lock in its own layout (ZooKeeper: Curator's;
-    /// PostgreSQL advisory locks: shared advisory locks; Redis: the lock's hash; memory: one
-    /// entry per name).
+    /// PostgreSQL advisory locks: shared advisory locks; Redis: the lock's hash; SQLite: a row
+    /// per reader; memory: one entry per name).
     pub fn is_native(&self) -> bool {
         self.native.is_some()
     }
 
     /// True when each reader holds a server connection of its own (PostgreSQL advisory
     /// locks), so that the server's connection limit bounds the readers.
+    #[cfg(feature = "conformance")]
     pub(crate) fn readers_take_a_connection(&self) -> bool {
         self.native.is_some() && self.client.backend.readers_take_a_connection()
     }

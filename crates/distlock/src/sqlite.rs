@@ -11,6 +11,10 @@
 //! each other's short transactions instead of failing. Waiters poll (SQLite has no
 //! notifications between processes) with a read-only query.
 //!
+//! Reader-writer locks keep each reader in a row of its own in `distlock_readers` beside the
+//! writer's row (see `readers.rs` and docs/primitives/rwlock.md); their waiters take tickets
+//! in either mode, a reader's marked `kind = 'r'`.
+//!
 //! Fair mode (the default) queues waiters first come, first served: a waiter takes a ticket
 //! in `distlock_waiters` and refreshes it every 250 ms; a free lock goes only to the owner of
 //! the oldest live ticket. A ticket not refreshed for 1 s (its process died or stalled) is
@@ -291,6 +295,8 @@ impl Backend for SqliteBackend {
         lease: Duration,
     ) -> Result<Acquired> {
         let reader = shares(name);
+        // A reader-writer lock's waiters queue in either mode (see `subscribe`).
+        let queued = self.fair || !name.kind().is_exclusive();
         let name = name.as_str().to_owned();
         let owner = owner.as_str().to_owned();
         let lease_ms = millis(lease);
@@ -321,7 +327,7 @@ impl Backend for SqliteBackend {
                 Found::Free => {
                     // Free, or an expired row that is taken over in this transaction.
                     execute(&tx, "DELETE FROM distlock_locks WHERE name = ?1", [&name])?;
-                    if fair {
+                    if queued {
                         // Leave the queue, and clear tickets whose waiters are gone.
                         execute(
                             &tx,
@@ -548,8 +554,8 @@ impl Backend for SqliteBackend {
             )?;
             let waiters = Some(u64::try_from(waiters).unwrap_or(0));
             let readers = readers::inspect_readers(conn, &name, now)?;
-            Ok(match live_row(conn, &name, now)? {
-                None if let Some((holds, token, expires_at_ms)) = readers => LockInfo {
+            Ok(match (live_row(conn, &name, now)?, readers) {
+                (None, Some((holds, token, expires_at_ms))) => LockInfo {
                     locked: true,
                     holder: None,
                     holds: Some(to_u32(holds)),
@@ -559,7 +565,7 @@ impl Backend for SqliteBackend {
                         .map(Duration::from_millis),
                     waiters,
                 },
-                Some((holder, holds, token, expires_at_ms)) => LockInfo {
+                (Some((holder, holds, token, expires_at_ms)), _) => LockInfo {
                     locked: true,
                     holder: Some(holder),
                     holds: Some(to_u32(holds)),
@@ -569,7 +575,7 @@ impl Backend for SqliteBackend {
                         .map(Duration::from_millis),
                     waiters,
                 },
-                None => LockInfo {
+                (None, None) => LockInfo {
                     waiters,
                     ..LockInfo::new(false)
                 },

@@ -22,8 +22,10 @@ pub(super) struct SqliteWaiter {
 /// What a poll saw.
 pub(super) struct Poll {
     pub(super) free: bool,
-    /// Live tickets ahead of ours (0 without fair mode).
+    /// Live tickets ahead of ours (0 without fair mode): how far back we are.
     pub(super) ahead: u32,
+    /// Those of them that hold us back: all of them, or a reader's non-reader tickets.
+    pub(super) blocking: u32,
     /// False when our ticket was removed (we were too slow to refresh it).
     pub(super) ticket_alive: bool,
 }
@@ -41,22 +43,26 @@ pub(super) fn look(
         return Ok(Poll {
             free,
             ahead: 0,
+            blocking: 0,
             ticket_alive: true,
         });
     };
-    let (ahead, ticket_alive): (u32, bool) = query_row(
+    let (ahead, blocking, ticket_alive): (u32, u32, bool) = query_row(
         conn,
         "SELECT
+             (SELECT COUNT(*) FROM distlock_waiters
+              WHERE name = ?1 AND seen_at_ms > ?2 AND ticket < ?3),
              (SELECT COUNT(*) FROM distlock_waiters
               WHERE name = ?1 AND seen_at_ms > ?2 AND ticket < ?3
                 AND (?4 = 0 OR kind IS NOT 'r')),
              EXISTS (SELECT 1 FROM distlock_waiters WHERE ticket = ?3)",
         params![name, now - TICKET_STALE_MS, ticket, reader],
-        |row| Ok((row.get(0)?, row.get(1)?)),
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
     )?;
     Ok(Poll {
         free,
         ahead,
+        blocking,
         ticket_alive,
     })
 }
@@ -64,7 +70,7 @@ pub(super) fn look(
 impl Poll {
     /// Our turn: the lock is free and nobody is queued ahead of us.
     pub(super) fn our_turn(&self) -> bool {
-        self.free && self.ahead == 0 && self.ticket_alive
+        self.free && self.blocking == 0 && self.ticket_alive
     }
 }
 
@@ -239,7 +245,7 @@ impl SqliteWaiter {
             if poll.our_turn() {
                 return;
             }
-            let next_in_line = (poll.ticket_alive && poll.ahead == 0)
+            let next_in_line = (poll.ticket_alive && poll.blocking == 0)
                 || self.listener.as_ref().is_some_and(Listener::alone);
             // Awake in time to refresh the ticket, however far back it is.
             let wake = (tokio::time::Instant::now() + bell_nap(&poll))
