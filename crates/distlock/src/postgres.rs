@@ -62,6 +62,7 @@ mod advisory;
 #[cfg(feature = "bench")]
 mod bare;
 mod published;
+mod readers;
 #[cfg(all(test, feature = "conformance"))]
 mod session_faults;
 mod setup;
@@ -387,6 +388,31 @@ impl PostgresBackend {
         })
     }
 
+    /// Renews grants of writers and mutexes (rows of their own in `distlock_locks`).
+    async fn renew_held(&self, locks: &[&Renewing], lease: Duration) -> Result<Vec<bool>> {
+        let names: Vec<&str> = locks.iter().map(|r| r.lock.0.as_str()).collect();
+        let owners: Vec<&str> = locks.iter().map(|r| r.lock.1.as_str()).collect();
+        let tokens: Vec<i64> = locks
+            .iter()
+            .map(|r| i64::try_from(r.fencing_token).unwrap_or(-1))
+            .collect();
+        let renewed: Vec<(String, String)> = sqlx::query_as(RENEW)
+            .bind(&names)
+            .bind(&owners)
+            .bind(millis(lease))
+            .bind(&tokens)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("renew"))?;
+        let renewed: std::collections::HashSet<(String, String)> = renewed.into_iter().collect();
+        Ok(locks
+            .iter()
+            .map(
+                |r| renewed.contains(&(r.lock.0.as_str().to_owned(), r.lock.1.as_str().to_owned())),
+            )
+            .collect())
+    }
+
     async fn live_owner(&self, name: &LockName) -> Result<Option<(String, i32)>> {
         sqlx::query_as(LIVE_OWNER)
             .bind(name.as_str())
@@ -443,7 +469,8 @@ impl Backend for PostgresBackend {
     }
 
     fn supports(&self, kind: &crate::LockKind) -> bool {
-        kind.is_exclusive()
+        use crate::LockKind;
+        matches!(kind, LockKind::Exclusive | LockKind::Read | LockKind::Write)
     }
 
     async fn ping(&self) -> Result<()> {
@@ -470,6 +497,9 @@ impl Backend for PostgresBackend {
         owner: &Owner,
         lease: Duration,
     ) -> Result<Acquired> {
+        if readers::is_reader(name) {
+            return readers::acquire_read(&self.pool, name, owner, lease).await;
+        }
         let granted: Option<(i32, i64)> = sqlx::query_as(ACQUIRE)
             .bind(name.as_str())
             .bind(owner.as_str())
@@ -482,6 +512,10 @@ impl Backend for PostgresBackend {
                 fencing_token: token_u64(token),
                 holds: holds_u32(holds),
             });
+        }
+        if !name.kind().is_exclusive() {
+            let ttl = readers::writer_refused(&self.pool, name, owner).await?;
+            return Ok(Acquired::Held { ttl: Some(ttl) });
         }
         let ttl: Option<(i64,)> = sqlx::query_as(TTL)
             .bind(name.as_str())
@@ -499,14 +533,22 @@ impl Backend for PostgresBackend {
     async fn subscribe(
         &self,
         name: &LockName,
-        _owner: &Owner,
+        owner: &Owner,
         _lease: Duration,
     ) -> Result<Box<dyn ReleaseWaiter>> {
+        // Listen first, then mark: the release a waiting writer waits for cannot come before.
         let receiver = self.hub.subscribe(name.as_str());
-        Ok(Box::new(PostgresWaiter { receiver }))
+        let writer_mark = readers::mark_writer(&self.pool, name, owner).await?;
+        Ok(Box::new(PostgresWaiter {
+            receiver,
+            writer_mark,
+        }))
     }
 
     async fn release(&self, name: &LockName, owner: &Owner) -> Result<Released> {
+        if readers::is_reader(name) {
+            return readers::release_read(&self.pool, name, owner).await;
+        }
         // Two releases of one owner's holds at once: the second statement's decrement waits
         // for the first's row lock, then finds `holds > 1` false, while its delete looked at
         // the row as it was before (holds 2) and skipped it. It changed nothing, so it is run
@@ -543,6 +585,9 @@ impl Backend for PostgresBackend {
         fencing_token: u64,
         lease: Duration,
     ) -> Result<Extended> {
+        if readers::is_reader(name) {
+            return readers::extend_read(&self.pool, name, owner, fencing_token, lease).await;
+        }
         let extended = sqlx::query(EXTEND)
             .bind(name.as_str())
             .bind(owner.as_str())
@@ -563,31 +608,30 @@ impl Backend for PostgresBackend {
     }
 
     async fn renew(&self, locks: &[Renewing], lease: Duration) -> Result<Vec<bool>> {
-        let names: Vec<&str> = locks.iter().map(|r| r.lock.0.as_str()).collect();
-        let owners: Vec<&str> = locks.iter().map(|r| r.lock.1.as_str()).collect();
-        let tokens: Vec<i64> = locks
-            .iter()
-            .map(|r| i64::try_from(r.fencing_token).unwrap_or(-1))
-            .collect();
-        let renewed: Vec<(String, String)> = sqlx::query_as(RENEW)
-            .bind(&names)
-            .bind(&owners)
-            .bind(millis(lease))
-            .bind(&tokens)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_error("renew"))?;
-        let renewed: std::collections::HashSet<(String, String)> = renewed.into_iter().collect();
+        let (reads, held): (Vec<&Renewing>, Vec<&Renewing>) =
+            locks.iter().partition(|r| readers::is_reader(&r.lock.0));
+        let mut reads_renewed = if reads.is_empty() {
+            Vec::new()
+        } else {
+            readers::renew_reads(&self.pool, &reads, lease).await?
+        }
+        .into_iter();
+        let mut held_renewed = if held.is_empty() {
+            Vec::new()
+        } else {
+            self.renew_held(&held, lease).await?
+        }
+        .into_iter();
         Ok(locks
             .iter()
-            .map(
-                |Renewing {
-                     lock: (name, owner),
-                     ..
-                 }| {
-                    renewed.contains(&(name.as_str().to_owned(), owner.as_str().to_owned()))
-                },
-            )
+            .map(|r| {
+                let renewed = if readers::is_reader(&r.lock.0) {
+                    reads_renewed.next()
+                } else {
+                    held_renewed.next()
+                };
+                renewed.unwrap_or(false)
+            })
             .collect())
     }
 
@@ -596,6 +640,9 @@ impl Backend for PostgresBackend {
     }
 
     async fn holds(&self, name: &LockName, owner: &Owner) -> Result<u32> {
+        if readers::is_reader(name) {
+            return readers::read_holds(&self.pool, name, owner).await;
+        }
         Ok(match self.live_owner(name).await? {
             Some((holder, holds)) if holder == owner.as_str() => holds_u32(holds),
             _ => 0,
@@ -626,10 +673,18 @@ impl Backend for PostgresBackend {
 
 struct PostgresWaiter {
     receiver: watch::Receiver<u64>,
+    /// A waiting writer's mark, which turns later readers away.
+    writer_mark: Option<readers::WriterMark>,
 }
 
 #[async_trait]
 impl ReleaseWaiter for PostgresWaiter {
+    async fn leave(&mut self) {
+        if let Some(mark) = self.writer_mark.as_mut() {
+            mark.remove().await;
+        }
+    }
+
     async fn wait(&mut self, max: Duration) -> Woken {
         crate::wake::release_signalled(&mut self.receiver, max).await
     }

@@ -27,6 +27,9 @@ const SCHEMA: &[&str] = &[
     super::published::TABLE,
 ];
 
+/// Whether a function of that name exists (in the search path).
+const FUNCTION_EXISTS: &str = "SELECT to_regproc($1) IS NOT NULL";
+
 /// What a pool made by [`open_pool`] serves.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum PoolFor {
@@ -79,7 +82,7 @@ pub(super) async fn make_tables(conn: &mut sqlx::PgConnection) -> Result<()> {
     let mut tx = sqlx::Connection::begin(conn)
         .await
         .map_err(db_error("create the tables"))?;
-    for statement in SCHEMA {
+    for statement in SCHEMA.iter().chain(super::readers::SCHEMA) {
         // Unnamed statements: a pooler in transaction mode may give the next transaction
         // another server connection, where a named one would be missing or taken.
         sqlx::query(statement)
@@ -87,6 +90,21 @@ pub(super) async fn make_tables(conn: &mut sqlx::PgConnection) -> Result<()> {
             .execute(&mut *tx)
             .await
             .map_err(db_error("create the tables"))?;
+    }
+    for (function, statement) in super::readers::FUNCTIONS {
+        let (exists,): (bool,) = sqlx::query_as(FUNCTION_EXISTS)
+            .persistent(false)
+            .bind(function)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db_error("create the functions"))?;
+        if !exists {
+            sqlx::query(statement)
+                .persistent(false)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error("create the functions"))?;
+        }
     }
     // Under the schema's lock, so that one first connection makes the sequence.
     super::advisory::make_token_sequence(&mut tx).await?;
